@@ -1,0 +1,84 @@
+//! Typed errors, each mapping to the errno the Linux kernel returns for it.
+
+use std::io;
+
+/// The result type of this crate.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything that can go wrong in fs-verity's format and tree code.
+///
+/// The `Display` texts follow libfsverity's messages where it has one, so a
+/// command line tool can print them after `ERROR: ` and match fsverity-utils.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A hash algorithm number other than 1 (SHA-256) or 2 (SHA-512).
+    #[error("unknown hash algorithm: {0}")]
+    UnknownHashAlgorithm(u32),
+    /// A Merkle tree block size that is not a power of two.
+    #[error("unsupported block size ({0})")]
+    BlockSizeNotPowerOfTwo(u64),
+    /// A block size that cannot hold two digests of the algorithm.
+    #[error("block size ({block_size}) too small for hash algorithm {alg}")]
+    BlockSizeTooSmall {
+        /// The requested block size.
+        block_size: u64,
+        /// The algorithm's name.
+        alg: &'static str,
+    },
+    /// A block size outside what the kernel accepts for a verity file
+    /// (1 KiB to 64 KiB).
+    #[error("block size ({0}) not supported for verity files (must be 1024 to 65536)")]
+    BlockSizeUnsupported(u64),
+    /// A salt longer than the descriptor's 32-byte field.
+    #[error("unsupported salt size ({0})")]
+    SaltTooLong(usize),
+    /// The tree would need more levels than allowed.
+    #[error("too many levels in Merkle tree ({levels} > {max})")]
+    TooManyLevels {
+        /// Levels the file would need.
+        levels: usize,
+        /// The limit that applies.
+        max: usize,
+    },
+    /// A descriptor that breaks the kernel's validation rules.
+    #[error("invalid fs-verity descriptor: {0}")]
+    InvalidDescriptor(&'static str),
+    /// A stored descriptor (with signature) larger than 16384 bytes.
+    #[error("fs-verity descriptor too large ({0} bytes)")]
+    DescriptorTooLarge(usize),
+    /// A signature larger than the kernel's 16128-byte limit.
+    #[error("signature too large ({0} bytes)")]
+    SignatureTooLarge(usize),
+    /// The data ended before the size the tree was built for.
+    #[error("file is shorter than expected (got {got} of {expected} bytes)")]
+    UnexpectedEof {
+        /// Bytes actually read.
+        got: u64,
+        /// Bytes expected.
+        expected: u64,
+    },
+    /// An I/O error from the data source or the tree sink.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+impl Error {
+    /// The errno the kernel gives for this condition (`EINVAL`, `EMSGSIZE`,
+    /// `EFBIG`, `EIO`, ...), for callers that must answer with an errno.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::UnknownHashAlgorithm(_)
+            | Error::BlockSizeNotPowerOfTwo(_)
+            | Error::BlockSizeTooSmall { .. }
+            | Error::BlockSizeUnsupported(_)
+            | Error::InvalidDescriptor(_) => libc::EINVAL,
+            Error::SaltTooLong(_) | Error::DescriptorTooLarge(_) | Error::SignatureTooLarge(_) => {
+                libc::EMSGSIZE
+            }
+            Error::TooManyLevels { .. } => libc::EFBIG,
+            Error::UnexpectedEof { .. } => libc::EIO,
+            Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! fs-verity in user space, bit for bit compatible with the Linux kernel and
+//! fsverity-utils.
+//!
+//! This crate holds the format: hash algorithms and salted block hashing
+//! ([`hash_algs`]), validated tree parameters ([`params`]), level geometry
+//! ([`geometry`]), the descriptor and file digest ([`descriptor`]) and
+//! streaming tree construction ([`build`]). It has no FUSE or command line
+//! code, so any program can embed it.
+//!
+//! ```
+//! use verityfs::{build_merkle_tree, DiscardTree, MerkleTreeParams};
+//!
+//! let data = b"lorem ipsum\n";
+//! let params = MerkleTreeParams::default(); // SHA-256, 4096-byte blocks
+//! let (descriptor, _) =
+//!     build_merkle_tree(&params, data.len() as u64, &data[..], DiscardTree, &mut |_| {})?;
+//! assert_eq!(
+//!     descriptor.file_digest().to_hex(),
+//!     "fda0e2d973b5c81e4a8ccc43a0bb13cbc9b5da8d83c4ff4416f6860ea20df0d6"
+//! );
+//! # Ok::<(), verityfs::Error>(())
+//! ```
+
+pub mod build;
+pub mod descriptor;
+pub mod error;
+pub mod geometry;
+pub mod hash_algs;
+pub mod params;
+
+pub use build::{build_merkle_tree, DiscardTree, TreeBuilder, TreeSink};
+pub use descriptor::{formatted_digest, Descriptor};
+pub use error::{Error, Result};
+pub use geometry::TreeGeometry;
+pub use hash_algs::{Digest, HashAlgorithm, SaltedHasher};
+pub use params::{MerkleTreeParams, Salt};
