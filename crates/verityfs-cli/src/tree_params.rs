@@ -1,0 +1,170 @@
+//! The Merkle tree options shared by `digest`, `enable` and `sign`
+//! (`--hash-alg`, `--block-size`, `--salt`), parsed and checked exactly as
+//! fsverity-utils does: each option once, numbers with C's `strtoul`, and the
+//! library checks (`libfsverity_compute_digest()`) in libfsverity's order.
+
+use std::ffi::OsStr;
+
+use verityfs::{Error, HashAlgorithm, MerkleTreeParams, Salt};
+
+use crate::commands::show_all_hash_algs;
+use crate::output::error_msg;
+
+/// Option ids of the tree options, for the getopt tables.
+pub const OPT_HASH_ALG: u32 = 100;
+/// `--block-size`.
+pub const OPT_BLOCK_SIZE: u32 = 101;
+/// `--salt`.
+pub const OPT_SALT: u32 = 102;
+
+/// The tree options as given on the command line; unchecked against each
+/// other until [`TreeArgs::params`].
+#[derive(Default)]
+pub struct TreeArgs {
+    /// Hash algorithm number, if given (any positive number below 2^31).
+    pub hash_alg: Option<u32>,
+    /// Block size, if given (a power of two below 2^31).
+    pub block_size: Option<u32>,
+    /// Salt bytes, if given (possibly empty, of any length).
+    pub salt: Option<Vec<u8>>,
+}
+
+impl TreeArgs {
+    /// Takes one tree option; prints fsverity's message and returns false
+    /// when its value is bad or it was already given.
+    pub fn parse_option(&mut self, id: u32, value: &OsStr) -> bool {
+        let text = value.to_string_lossy();
+        match id {
+            OPT_HASH_ALG => {
+                once(&self.hash_alg, "--hash-alg") && parse_hash_alg(&text, &mut self.hash_alg)
+            }
+            OPT_BLOCK_SIZE => {
+                once(&self.block_size, "--block-size")
+                    && parse_block_size(&text, &mut self.block_size)
+            }
+            OPT_SALT => once(&self.salt, "--salt") && parse_salt(value, &mut self.salt),
+            _ => unreachable!("not a tree option: {id}"),
+        }
+    }
+
+    /// The parameters, checked in libfsverity's order (salt size, hash
+    /// algorithm, block size against the digest size).
+    pub fn params(&self) -> Result<MerkleTreeParams, Error> {
+        let salt = self.salt.as_deref().unwrap_or_default();
+        Salt::new(salt)?;
+        let alg = HashAlgorithm::from_id(self.hash_alg.unwrap_or(1))?;
+        let block_size = self
+            .block_size
+            .unwrap_or(verityfs::params::DEFAULT_BLOCK_SIZE);
+        MerkleTreeParams::new(alg, block_size.into(), salt)
+    }
+}
+
+fn once<T>(slot: &Option<T>, name: &str) -> bool {
+    if slot.is_some() {
+        error_msg(format_args!("{name} can only be specified once"));
+    }
+    slot.is_none()
+}
+
+fn parse_hash_alg(arg: &str, slot: &mut Option<u32>) -> bool {
+    match strtoul(arg) {
+        (n, true) if n > 0 && n < i32::MAX as u64 => *slot = Some(n as u32),
+        _ => match HashAlgorithm::from_name(arg) {
+            Some(alg) => *slot = Some(alg.id().into()),
+            None => {
+                error_msg(format_args!("unknown hash algorithm: '{arg}'"));
+                show_all_hash_algs(&mut std::io::stderr());
+                return false;
+            }
+        },
+    }
+    true
+}
+
+fn parse_block_size(arg: &str, slot: &mut Option<u32>) -> bool {
+    match strtoul(arg) {
+        (n, true) if n > 0 && n < i32::MAX as u64 && n.is_power_of_two() => {
+            *slot = Some(n as u32);
+            true
+        }
+        _ => {
+            error_msg(format_args!(
+                "Invalid block size: {arg}.  Must be power of 2"
+            ));
+            false
+        }
+    }
+}
+
+fn parse_salt(arg: &OsStr, slot: &mut Option<Vec<u8>>) -> bool {
+    match hex_decode(arg.as_encoded_bytes()) {
+        Some(salt) => {
+            *slot = Some(salt);
+            true
+        }
+        None => {
+            error_msg(format_args!("salt is not a valid hex string"));
+            false
+        }
+    }
+}
+
+/// Decodes an even-length hexadecimal string (either case).
+pub fn hex_decode(hex: &[u8]) -> Option<Vec<u8>> {
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    hex.chunks_exact(2)
+        .map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?))
+        .collect()
+}
+
+/// C's `strtoul(s, &end, 10)` on LP64: the value, and whether the whole
+/// string was consumed (`*end == '\0'`). Leading white space and a sign are
+/// accepted, a minus sign negates modulo 2^64, overflow gives `u64::MAX`.
+fn strtoul(s: &str) -> (u64, bool) {
+    let t = s.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
+    let (negative, t) = match t.as_bytes().first() {
+        Some(b'-') => (true, &t[1..]),
+        Some(b'+') => (false, &t[1..]),
+        _ => (false, t),
+    };
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return (0, s.is_empty());
+    }
+    let value = t[..digits]
+        .bytes()
+        .try_fold(0u64, |n, d| {
+            n.checked_mul(10)?.checked_add((d - b'0').into())
+        })
+        .map_or(u64::MAX, |n| if negative { n.wrapping_neg() } else { n });
+    (value, digits == t.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strtoul_matches_c() {
+        assert_eq!(strtoul("4096"), (4096, true));
+        assert_eq!(strtoul(" +2"), (2, true));
+        assert_eq!(strtoul("-1"), (u64::MAX, true));
+        assert_eq!(strtoul("12x"), (12, false));
+        assert_eq!(strtoul("x"), (0, false));
+        assert_eq!(strtoul(""), (0, true));
+        assert_eq!(strtoul("99999999999999999999999"), (u64::MAX, true));
+    }
+
+    #[test]
+    fn hex() {
+        assert_eq!(hex_decode(b"aBcD"), Some(vec![0xab, 0xcd]));
+        assert_eq!(hex_decode(b""), Some(vec![]));
+        assert_eq!(hex_decode(b"abc"), None);
+        assert_eq!(hex_decode(b"zz"), None);
+        assert_eq!(hex_decode(b"+1"), None);
+    }
+}
