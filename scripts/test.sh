@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs the whole test suite. On a fresh Debian machine, run as root, it first
+# installs what the tests need (the real fsverity-utils binary is the
+# differential oracle; OpenSSL's headers build the openssl crate).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(fsverity libssl-dev pkg-config)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "test.sh: missing packages: ${missing[*]} (run as root, or apt-get install them)" >&2
+        exit 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+
+cargo test --workspace --all-targets "$@"
+cargo test --workspace --doc
