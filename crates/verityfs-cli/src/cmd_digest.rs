@@ -212,7 +212,10 @@ fn compute(opts: &DigestArgs, file: &File, name: &OsStr, size: u64) -> Result<De
     let params = opts.tree.params()?;
     let data = DataFile { file, name };
     let bar = bytes_bar(size, &name.to_string_lossy());
-    let mut progress = |done| bar.set_position(done);
+    let mut progress = |done| {
+        bar.set_position(done);
+        Ok(())
+    };
     let descriptor = match &opts.out_tree {
         Some(out) => {
             let tree_size = verityfs::TreeGeometry::new(&params, size).tree_size();

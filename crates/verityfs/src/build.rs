@@ -174,14 +174,15 @@ const CHUNK_SIZE: usize = 2 << 20;
 ///
 /// Data blocks are hashed on all of rayon's threads while the next chunk is
 /// read on another thread. `progress` is called with the number of bytes
-/// done after each chunk. Reading fewer than `data_size` bytes is an error;
+/// done after each chunk; an error it returns stops the build and is
+/// returned. Reading fewer than `data_size` bytes is an error;
 /// bytes past `data_size` are not read.
 pub fn build_merkle_tree<R: Read + Send, S: TreeSink>(
     params: &MerkleTreeParams,
     data_size: u64,
     data: R,
     sink: S,
-    progress: &mut dyn FnMut(u64),
+    progress: &mut dyn FnMut(u64) -> Result<()>,
 ) -> Result<(Descriptor, S)> {
     let mut builder = TreeBuilder::new(params, data_size, sink);
     let hasher = params.hasher();
@@ -192,8 +193,7 @@ pub fn build_merkle_tree<R: Read + Send, S: TreeSink>(
         hash_data_blocks(&hasher, chunk, block_size, &mut hashes);
         builder.add_data_hashes(&hashes)?;
         done += chunk.len() as u64;
-        progress(done);
-        Ok(())
+        progress(done)
     })?;
     let (root, sink) = builder.finish()?;
     Ok((Descriptor::new(*params, data_size, root), sink))
@@ -201,7 +201,12 @@ pub fn build_merkle_tree<R: Read + Send, S: TreeSink>(
 
 /// Hashes the data blocks of `chunk` into `hashes`, zero-padding a partial
 /// last block.
-fn hash_data_blocks(hasher: &SaltedHasher, chunk: &[u8], block_size: usize, hashes: &mut Vec<u8>) {
+pub(crate) fn hash_data_blocks(
+    hasher: &SaltedHasher,
+    chunk: &[u8],
+    block_size: usize,
+    hashes: &mut Vec<u8>,
+) {
     let d = hasher.algorithm().digest_size();
     let full = chunk.len() / block_size * block_size;
     hashes.resize(chunk.len().div_ceil(block_size) * d, 0);
@@ -329,7 +334,7 @@ mod tests {
 
     fn build(size: u64, data: impl Read + Send, sink: impl TreeSink) -> Result<Descriptor> {
         let params = MerkleTreeParams::default();
-        build_merkle_tree(&params, size, data, sink, &mut |_| {}).map(|(d, _)| d)
+        build_merkle_tree(&params, size, data, sink, &mut |_| Ok(())).map(|(d, _)| d)
     }
 
     #[test]
@@ -371,7 +376,7 @@ mod tests {
             data.len() as u64,
             &data[..],
             Vec::new(),
-            &mut |_| {},
+            &mut |_| Ok(()),
         )
         .unwrap();
         let g = TreeGeometry::new(&params, data.len() as u64);

@@ -1,6 +1,9 @@
 //! Typed errors, each mapping to the errno the Linux kernel returns for it.
 
 use std::io;
+use std::path::PathBuf;
+
+use crate::hash_algs::{Digest, HashAlgorithm};
 
 /// The result type of this crate.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -58,6 +61,34 @@ pub enum Error {
         /// Bytes expected.
         expected: u64,
     },
+    /// A file too large for its metadata to fit after it.
+    #[error("file too large to enable verity on ({0} bytes)")]
+    FileTooLarge(u64),
+    /// A location record (or enabling record) that is malformed or
+    /// inconsistent.
+    #[error("invalid verity location record: {0}")]
+    InvalidLocation(&'static str),
+    /// The file is already a verity file.
+    #[error("file is already a verity file")]
+    AlreadyVerity,
+    /// The file is not a verity file.
+    #[error("file is not a verity file")]
+    NotVerity,
+    /// A verity file without a built-in signature was asked for one.
+    #[error("file has no built-in signature")]
+    NoSignature,
+    /// An argument the kernel would refuse with `EINVAL`.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(&'static str),
+    /// The work was cancelled; nothing was changed.
+    #[error("interrupted")]
+    Interrupted,
+    /// Data or a tree block does not match the hash it must have.
+    #[error("{0}")]
+    Corrupted(Box<Corruption>),
+    /// The backing file ends before the metadata its location record names.
+    #[error("verity metadata is truncated")]
+    MetadataTruncated,
     /// An I/O error from the data source or the tree sink.
     #[error("{0}")]
     Io(#[from] io::Error),
@@ -72,13 +103,54 @@ impl Error {
             | Error::BlockSizeNotPowerOfTwo(_)
             | Error::BlockSizeTooSmall { .. }
             | Error::BlockSizeUnsupported(_)
-            | Error::InvalidDescriptor(_) => libc::EINVAL,
+            | Error::InvalidDescriptor(_)
+            | Error::InvalidLocation(_)
+            | Error::InvalidArgument(_) => libc::EINVAL,
             Error::SaltTooLong(_) | Error::DescriptorTooLarge(_) | Error::SignatureTooLarge(_) => {
                 libc::EMSGSIZE
             }
-            Error::TooManyLevels { .. } => libc::EFBIG,
-            Error::UnexpectedEof { .. } => libc::EIO,
+            Error::TooManyLevels { .. } | Error::FileTooLarge(_) => libc::EFBIG,
+            Error::UnexpectedEof { .. } | Error::Corrupted(_) | Error::MetadataTruncated => {
+                libc::EIO
+            }
+            Error::AlreadyVerity => libc::EEXIST,
+            Error::NotVerity | Error::NoSignature => libc::ENODATA,
+            Error::Interrupted => libc::EINTR,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
+    }
+}
+
+/// A hash mismatch found while reading a verity file, with what the kernel
+/// logs for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corruption {
+    /// The file (as named when it was opened).
+    pub file: PathBuf,
+    /// Byte position of the data block being verified.
+    pub pos: u64,
+    /// The level of the block whose hash did not match: -1 for the data
+    /// block itself, 0 and up for tree levels.
+    pub level: i32,
+    /// The hash algorithm.
+    pub alg: HashAlgorithm,
+    /// The hash the parent (or the root hash) says the block has.
+    pub want: Digest,
+    /// The hash the block actually has.
+    pub real: Digest,
+}
+
+impl std::fmt::Display for Corruption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: FILE CORRUPTED! pos={}, level={}, want_hash={alg}:{}, real_hash={alg}:{}",
+            self.file.display(),
+            self.pos,
+            self.level,
+            self.want,
+            self.real,
+            alg = self.alg
+        )
     }
 }

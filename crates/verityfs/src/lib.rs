@@ -4,8 +4,12 @@
 //! This crate holds the format: hash algorithms and salted block hashing
 //! ([`hash_algs`]), validated tree parameters ([`params`]), level geometry
 //! ([`geometry`]), the descriptor and file digest ([`descriptor`]) and
-//! streaming tree construction ([`build`]). It has no FUSE or command line
-//! code, so any program can embed it.
+//! streaming tree construction ([`build`]); and verity files stored in any
+//! directory: the on-disk layout ([`layout`], [`state`]), crash-safe
+//! enabling ([`enable`]), and the verified read path with its tree block
+//! cache and Merkle tree readahead ([`open`], [`cache`], [`stats`],
+//! [`read_metadata`]). It has no FUSE or command line code, so any program
+//! can embed it.
 //!
 //! ```
 //! use verityfs::{build_merkle_tree, DiscardTree, MerkleTreeParams};
@@ -13,7 +17,7 @@
 //! let data = b"lorem ipsum\n";
 //! let params = MerkleTreeParams::default(); // SHA-256, 4096-byte blocks
 //! let (descriptor, _) =
-//!     build_merkle_tree(&params, data.len() as u64, &data[..], DiscardTree, &mut |_| {})?;
+//!     build_merkle_tree(&params, data.len() as u64, &data[..], DiscardTree, &mut |_| Ok(()))?;
 //! assert_eq!(
 //!     descriptor.file_digest().to_hex(),
 //!     "fda0e2d973b5c81e4a8ccc43a0bb13cbc9b5da8d83c4ff4416f6860ea20df0d6"
@@ -22,15 +26,27 @@
 //! ```
 
 pub mod build;
+pub mod cache;
 pub mod descriptor;
+pub mod enable;
 pub mod error;
 pub mod geometry;
 pub mod hash_algs;
+pub mod layout;
+pub mod open;
 pub mod params;
+pub mod read_metadata;
+pub mod state;
+pub mod stats;
+mod verify;
 
 pub use build::{build_merkle_tree, DiscardTree, TreeBuilder, TreeSink};
 pub use descriptor::{formatted_digest, Descriptor};
-pub use error::{Error, Result};
+pub use enable::{enable_verity, EnableRequest};
+pub use error::{Corruption, Error, Result};
 pub use geometry::TreeGeometry;
 pub use hash_algs::{Digest, HashAlgorithm, SaltedHasher};
+pub use open::{ReadOptions, Verifier, VerityFile};
 pub use params::{MerkleTreeParams, Salt};
+pub use read_metadata::MetadataType;
+pub use state::FileState;

@@ -13,14 +13,23 @@ fn pattern(size: usize) -> Vec<u8> {
 fn digest(alg: HashAlgorithm, block_size: u64, salt: &[u8], data: &[u8]) -> String {
     let params = MerkleTreeParams::new(alg, block_size, salt).unwrap();
     let (descriptor, _) =
-        build_merkle_tree(&params, data.len() as u64, data, DiscardTree, &mut |_| {}).unwrap();
+        build_merkle_tree(&params, data.len() as u64, data, DiscardTree, &mut |_| {
+            Ok(())
+        })
+        .unwrap();
     descriptor.file_digest().to_hex()
 }
 
 fn tree(alg: HashAlgorithm, block_size: u64, data: &[u8]) -> (Vec<u8>, [u8; 256]) {
     let params = MerkleTreeParams::new(alg, block_size, b"").unwrap();
-    let (descriptor, tree) =
-        build_merkle_tree(&params, data.len() as u64, data, Vec::new(), &mut |_| {}).unwrap();
+    let (descriptor, tree) = build_merkle_tree(
+        &params,
+        data.len() as u64,
+        data,
+        Vec::new(),
+        &mut |_| Ok(()),
+    )
+    .unwrap();
     (tree, descriptor.to_unsigned_bytes())
 }
 

@@ -1,0 +1,212 @@
+//! The cache of Merkle tree blocks, shared by every reader of every file and
+//! bounded in bytes.
+//!
+//! A block carries a *verified* flag, set once its hash matched its parent's
+//! (or the root hash). Like the kernel's `PG_checked`, the flag lives and dies
+//! with the cached copy: an evicted block is read and verified again.
+//! Eviction is CLOCK (second chance), per shard.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The default cache size: the tree of 4 GiB of data with 4 KiB blocks and
+/// SHA-256, far more than a sequential stream needs.
+pub const DEFAULT_CACHE_BYTES: usize = 32 << 20;
+
+const SHARDS: usize = 16;
+
+/// Identifies a tree block: the file's cache id and the block's index in the
+/// stored tree.
+pub type BlockKey = (u64, u64);
+
+/// A cached tree block.
+#[derive(Debug)]
+pub struct TreeBlock {
+    data: Box<[u8]>,
+    verified: AtomicBool,
+}
+
+impl TreeBlock {
+    /// A block read from storage, not yet verified.
+    pub fn new(data: Box<[u8]>) -> Self {
+        TreeBlock {
+            data,
+            verified: AtomicBool::new(false),
+        }
+    }
+
+    /// The block's bytes.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// Whether the block's hash was checked against its parent.
+    pub fn is_verified(&self) -> bool {
+        self.verified.load(Ordering::Acquire)
+    }
+
+    /// Records that the block's hash matched its parent's.
+    pub fn set_verified(&self) {
+        self.verified.store(true, Ordering::Release);
+    }
+}
+
+struct Entry {
+    block: Arc<TreeBlock>,
+    referenced: bool,
+}
+
+#[derive(Default)]
+struct Shard {
+    map: HashMap<BlockKey, Entry>,
+    clock: VecDeque<BlockKey>,
+    bytes: usize,
+}
+
+impl Shard {
+    /// Evicts blocks until `incoming` more bytes fit in `capacity` (or the
+    /// shard is empty).
+    fn make_room(&mut self, incoming: usize, capacity: usize) {
+        while self.bytes + incoming > capacity {
+            let Some(key) = self.clock.pop_front() else {
+                return;
+            };
+            let entry = self.map.get_mut(&key).expect("clock and map agree");
+            if entry.referenced {
+                entry.referenced = false;
+                self.clock.push_back(key);
+            } else {
+                self.bytes -= entry.block.data.len();
+                self.map.remove(&key);
+            }
+        }
+    }
+}
+
+/// A bounded, sharded cache of tree blocks.
+pub struct TreeCache {
+    shards: Vec<Mutex<Shard>>,
+    shard_capacity: usize,
+}
+
+impl TreeCache {
+    /// A cache holding at most about `capacity_bytes` of blocks.
+    pub fn new(capacity_bytes: usize) -> Self {
+        TreeCache {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shard_capacity: capacity_bytes / SHARDS,
+        }
+    }
+
+    fn shard(&self, key: BlockKey) -> std::sync::MutexGuard<'_, Shard> {
+        // Consecutive blocks of a file land in different shards.
+        let h = key.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key.1;
+        let shard = &self.shards[h as usize % SHARDS];
+        shard
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The cached block for `key`, if any.
+    pub fn get(&self, key: BlockKey) -> Option<Arc<TreeBlock>> {
+        let mut shard = self.shard(key);
+        let entry = shard.map.get_mut(&key)?;
+        entry.referenced = true;
+        Some(entry.block.clone())
+    }
+
+    /// Whether `key` is cached (without marking it used).
+    pub fn contains(&self, key: BlockKey) -> bool {
+        self.shard(key).map.contains_key(&key)
+    }
+
+    /// Caches `block` under `key` and returns the cached block: an already
+    /// cached copy wins, since it may be verified.
+    pub fn insert(&self, key: BlockKey, block: Arc<TreeBlock>) -> Arc<TreeBlock> {
+        let capacity = self.shard_capacity;
+        let mut shard = self.shard(key);
+        if let Some(entry) = shard.map.get_mut(&key) {
+            entry.referenced = true;
+            return entry.block.clone();
+        }
+        shard.make_room(block.data.len(), capacity);
+        shard.bytes += block.data.len();
+        shard.clock.push_back(key);
+        shard.map.insert(
+            key,
+            Entry {
+                block: block.clone(),
+                referenced: false,
+            },
+        );
+        block
+    }
+
+    /// Bytes of blocks held.
+    pub fn bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().map_or(0, |s| s.bytes))
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(byte: u8) -> Arc<TreeBlock> {
+        Arc::new(TreeBlock::new(vec![byte; 1024].into()))
+    }
+
+    #[test]
+    fn stays_within_its_bound() {
+        let cache = TreeCache::new(64 * 1024);
+        for i in 0..10_000 {
+            cache.insert((1, i), block(i as u8));
+            assert!(cache.bytes() <= 64 * 1024);
+        }
+        assert!(
+            cache.bytes() >= 32 * 1024,
+            "cache should stay reasonably full"
+        );
+    }
+
+    #[test]
+    fn first_copy_wins_and_keeps_its_verified_flag() {
+        let cache = TreeCache::new(1 << 20);
+        let a = cache.insert((7, 3), block(1));
+        a.set_verified();
+        let b = cache.insert((7, 3), block(2));
+        assert!(b.is_verified());
+        assert_eq!(b.data()[0], 1);
+        assert!(cache.get((7, 4)).is_none());
+        assert!(cache.contains((7, 3)));
+    }
+
+    #[test]
+    fn referenced_blocks_get_a_second_chance() {
+        let cache = TreeCache::new(SHARDS * 2048); // two blocks per shard
+        let key_in_same_shard = |n: u64| {
+            let first = (0, 0u64);
+            (1u64..)
+                .map(|i| (0, i))
+                .filter(move |&k| {
+                    let h = |k: BlockKey| {
+                        (k.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ k.1) as usize % SHARDS
+                    };
+                    h(k) == h(first)
+                })
+                .nth(n as usize)
+                .unwrap()
+        };
+        let (a, b, c) = ((0, 0), key_in_same_shard(0), key_in_same_shard(1));
+        cache.insert(a, block(0));
+        cache.insert(b, block(0));
+        cache.get(a);
+        cache.insert(c, block(0));
+        assert!(cache.contains(a), "recently used block was evicted");
+        assert!(!cache.contains(b));
+    }
+}
