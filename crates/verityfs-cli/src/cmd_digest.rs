@@ -11,7 +11,7 @@ use verityfs::{build_merkle_tree, descriptor::formatted_digest, Descriptor, Erro
 
 use crate::commands::{Command, EXIT_FAILURE, EXIT_OK};
 use crate::getopt::{Getopt, LongOpt};
-use crate::output::{error_msg, error_msg_errno, print_stdout};
+use crate::output::{error_msg, error_msg_errno, print_stdout, quote};
 use crate::progress::bytes_bar;
 use crate::tree_params::{TreeArgs, OPT_BLOCK_SIZE, OPT_HASH_ALG, OPT_SALT};
 
@@ -49,7 +49,7 @@ struct OutFile {
 impl OutFile {
     fn open(slot: &mut Option<OutFile>, opt_name: &str, path: &OsStr) -> bool {
         if slot.is_some() {
-            error_msg(format_args!("{opt_name} can only be specified once"));
+            error_msg(format!("{opt_name} can only be specified once"));
             return false;
         }
         let opened = File::options()
@@ -64,16 +64,16 @@ impl OutFile {
                     name: path.to_owned(),
                 })
             }
-            Err(e) => error_msg_errno(
-                format_args!("can't open '{}' for writing", path.to_string_lossy()),
-                &e,
-            ),
+            Err(e) => error_msg_errno(quote("can't open '", path, "' for writing"), &e),
         }
         slot.is_some()
     }
 
-    fn failed(&self, what: &str, e: io::Error) -> io::Error {
-        error_msg_errno(format_args!("{what} '{}'", self.name.to_string_lossy()), &e);
+    /// Reports a failed write to this file as fsverity does: what failed,
+    /// then what libfsverity was doing.
+    fn failed(&self, e: io::Error, doing: &str) -> io::Error {
+        error_msg_errno(quote("writing to '", &self.name, "'"), &e);
+        error_msg(doing);
         e
     }
 }
@@ -82,9 +82,8 @@ impl OutFile {
 /// size, then each block at its position.
 impl TreeSink for &OutFile {
     fn write_tree_block(&mut self, pos: u64, block: &[u8]) -> io::Result<()> {
-        self.file
-            .write_all_at(block, pos)
-            .map_err(|e| self.failed("writing to", e))
+        let result = self.file.write_all_at(block, pos);
+        result.map_err(|e| self.failed(e, "error processing Merkle tree block"))
     }
 }
 
@@ -179,8 +178,7 @@ struct DataFile<'a> {
 impl Read for DataFile<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.file.read(buf).map_err(|e| {
-            let name = self.name.to_string_lossy();
-            error_msg_errno(format_args!("reading from '{name}'"), &e);
+            error_msg_errno(quote("reading from '", self.name, "'"), &e);
             io::Error::new(e.kind(), ReadFailed)
         })
     }
@@ -188,22 +186,18 @@ impl Read for DataFile<'_> {
 
 /// Digests one file and prints its line; errors are printed here.
 fn digest_one(opts: &DigestArgs, name: &OsStr) -> Result<(), ()> {
-    let shown = name.to_string_lossy();
     let file = File::open(name)
-        .map_err(|e| error_msg_errno(format_args!("can't open '{shown}' for reading"), &e))?;
+        .map_err(|e| error_msg_errno(quote("can't open '", name, "' for reading"), &e))?;
     let size = file
         .metadata()
-        .map_err(|e| error_msg_errno(format_args!("can't stat file '{shown}'"), &e))?
+        .map_err(|e| error_msg_errno(quote("can't stat file '", name, "'"), &e))?
         .len();
-    let descriptor = compute(opts, &file, name, size).map_err(|e| {
-        report_compute_error(&e, &shown);
-        error_msg(format_args!("failed to compute digest"));
-    })?;
-    if let Some(out) = &opts.out_descriptor {
-        (&out.file)
-            .write_all(&descriptor.to_unsigned_bytes())
-            .map_err(|e| drop(out.failed("writing to", e)))?;
-    }
+    let descriptor = compute(opts, &file, name, size)
+        .and_then(|d| write_descriptor(opts, &d).map(|()| d))
+        .map_err(|e| {
+            report_compute_error(&e, name);
+            error_msg("failed to compute digest");
+        })?;
     print_stdout(&opts.output_line(&descriptor, name));
     Ok(())
 }
@@ -228,34 +222,48 @@ fn compute(opts: &DigestArgs, file: &File, name: &OsStr, size: u64) -> Result<De
     Ok(descriptor)
 }
 
-/// Grows the tree file to `size` bytes (never shrinks it, like
-/// `posix_fallocate()`).
+/// Grows the tree file to `size` bytes, never shrinking it, as
+/// `posix_fallocate()` does (which also fails on devices and pipes).
+/// Failures are reported as fsverity reports them: `posix_fallocate()`
+/// does not set `errno`, so there is no reason after the file name.
 fn preallocate(out: &OutFile, size: u64) -> io::Result<()> {
-    let len = out
-        .file
-        .metadata()
-        .map_err(|e| out.failed("stat of", e))?
-        .len();
-    if size > len {
-        let what = format!("preallocating {size}-byte file");
-        out.file.set_len(size).map_err(|e| out.failed(&what, e))?;
+    if size == 0 {
+        return Ok(());
+    }
+    let result = out.file.metadata().and_then(|m| match m.is_file() {
+        true if size > m.len() => out.file.set_len(size),
+        true => Ok(()),
+        false => Err(io::ErrorKind::Unsupported.into()),
+    });
+    result.inspect_err(|_| {
+        let what = format!("preallocating {size}-byte file '");
+        error_msg(quote(&what, &out.name, "'"));
+        error_msg("error processing Merkle tree size");
+    })
+}
+
+/// Appends the descriptor to `--out-descriptor`, if given.
+fn write_descriptor(opts: &DigestArgs, descriptor: &Descriptor) -> Result<(), Error> {
+    if let Some(out) = &opts.out_descriptor {
+        let result = (&out.file).write_all(&descriptor.to_unsigned_bytes());
+        result.map_err(|e| out.failed(e, "error processing fs-verity descriptor"))?;
     }
     Ok(())
 }
 
 /// Prints what libfsverity would print for `e` before "failed to compute
 /// digest".
-fn report_compute_error(e: &Error, name: &str) {
+fn report_compute_error(e: &Error, name: &OsStr) {
     match e {
         Error::Io(io) if io.get_ref().is_some_and(|r| r.is::<ReadFailed>()) => {
-            error_msg(format_args!("error reading file"));
+            error_msg("error reading file");
         }
         Error::UnexpectedEof { .. } => {
-            error_msg(format_args!("unexpected end-of-file on '{name}'"));
-            error_msg(format_args!("error reading file"));
+            error_msg(quote("unexpected end-of-file on '", name, "'"));
+            error_msg("error reading file");
         }
         // Output errors were reported where they happened.
         Error::Io(_) => {}
-        other => error_msg(format_args!("{other}")),
+        other => error_msg(other.to_string()),
     }
 }

@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::io::Write;
 
-use crate::output::error_msg;
+use crate::output::{error_msg, quote};
 
 /// One subcommand.
 pub struct Command {
@@ -24,16 +24,27 @@ pub const EXIT_FAILURE: u8 = 1;
 /// Exit status of a usage error.
 pub const EXIT_USAGE: u8 = 2;
 
-const COMMANDS: &[Command] = &[Command {
-    name: "digest",
-    func: crate::cmd_digest::run,
-    short_desc: "Compute the fs-verity digest of the given file(s), for offline signing",
-    usage: "    verityfs digest FILE...
+const COMMANDS: &[Command] = &[
+    Command {
+        name: "digest",
+        func: crate::cmd_digest::run,
+        short_desc: "Compute the fs-verity digest of the given file(s), for offline signing",
+        usage: "    verityfs digest FILE...
                [--hash-alg=HASH_ALG] [--block-size=BLOCK_SIZE] [--salt=SALT]
                [--out-merkle-tree=FILE] [--out-descriptor=FILE]
                [--compact] [--for-builtin-sig]
 ",
-}];
+    },
+    Command {
+        name: "mount",
+        func: crate::cmd_mount::run,
+        short_desc: "Serve a directory with fs-verity semantics through FUSE (foreground)",
+        usage: "    verityfs mount BACKING MOUNTPOINT
+               [-o allow_other,ro,...] [--read-only] [--no-merkle-readahead]
+               [--cache-size=BYTES] [--threads=N]
+",
+    },
+];
 
 impl Command {
     /// Prints this command's usage to `out` (stdout for `--help`, stderr
@@ -97,7 +108,7 @@ fn handle_common_options(args: &[OsString], cmd: Option<&Command>) -> Option<u8>
 /// Runs the command line `args` (with `argv[0]`) and returns the exit status.
 pub fn run(args: &[OsString]) -> u8 {
     let Some(name) = args.get(1) else {
-        error_msg(format_args!("no command specified"));
+        error_msg("no command specified");
         usage_all(&mut std::io::stderr());
         return EXIT_USAGE;
     };
@@ -110,10 +121,7 @@ pub fn run(args: &[OsString]) -> u8 {
     match cmd {
         Some(cmd) => (cmd.func)(cmd, &args[2..]),
         None => {
-            error_msg(format_args!(
-                "unrecognized command: '{}'",
-                name.to_string_lossy()
-            ));
+            error_msg(quote("unrecognized command: '", name, "'"));
             usage_all(&mut std::io::stderr());
             EXIT_USAGE
         }

@@ -59,6 +59,8 @@ pub struct LongOpt {
     /// The value reported for this option in [`Parsed::options`]
     /// (glibc's `val`).
     pub id: u32,
+    /// A one-letter alias (`-o VALUE`, `-oVALUE`), as in glibc's optstring.
+    pub short: Option<u8>,
 }
 
 impl LongOpt {
@@ -68,6 +70,7 @@ impl LongOpt {
             name,
             has_arg: HasArg::No,
             id,
+            short: None,
         }
     }
 
@@ -77,6 +80,15 @@ impl LongOpt {
             name,
             has_arg: HasArg::Required,
             id,
+            short: None,
+        }
+    }
+
+    /// The same option, also spelled `-<letter>`.
+    pub const fn with_short(self, letter: u8) -> Self {
+        Self {
+            short: Some(letter),
+            ..self
         }
     }
 }
@@ -134,9 +146,11 @@ pub enum GetoptErrorKind {
     /// An option needing an argument was the last argument; holds the
     /// option's full name (without `--`).
     ArgumentRequired(&'static str),
-    /// A short option (`-x`) was given; none exist. Holds the first byte
-    /// after the `-`, the one glibc reports.
+    /// A short option (`-x`) was given that does not exist. Holds the
+    /// first byte after the `-`, the one glibc reports.
     InvalidShortOption(u8),
+    /// A short option needing an argument was the last argument.
+    ShortArgumentRequired(u8),
 }
 
 /// A command-line error, carrying glibc's exact diagnostic.
@@ -202,6 +216,11 @@ fn render(prog: &str, kind: &GetoptErrorKind) -> Vec<u8> {
         }
         GetoptErrorKind::InvalidShortOption(byte) => {
             m.extend_from_slice(b"invalid option -- '");
+            m.push(*byte);
+            m.push(b'\'');
+        }
+        GetoptErrorKind::ShortArgumentRequired(byte) => {
+            m.extend_from_slice(b"option requires an argument -- '");
             m.push(*byte);
             m.push(b'\'');
         }
@@ -306,6 +325,11 @@ impl<S: AsRef<OsStr>> Iterator for Getopt<'_, S> {
                 continue;
             }
             if bytes[1] != b'-' {
+                if let Some(opt) = self.opts.iter().find(|o| o.short == Some(bytes[1])) {
+                    let mut rest = self.args.by_ref().map(AsRef::as_ref);
+                    let result = short_option(opt, arg, &mut rest);
+                    return Some(result.map_err(|kind| self.error(kind)));
+                }
                 self.short_rest = bytes[2..].iter().copied();
                 return Some(Err(
                     self.error(GetoptErrorKind::InvalidShortOption(bytes[1]))
@@ -372,6 +396,23 @@ fn long_option<'a>(
         },
     };
     Ok((opt.id, value))
+}
+
+/// Handles `-x`, `-xVALUE` or `-x VALUE` for the option `opt`.
+fn short_option<'a>(
+    opt: &LongOpt,
+    arg: &OsStr,
+    rest: &mut impl Iterator<Item = &'a OsStr>,
+) -> Result<Opt, GetoptErrorKind> {
+    let letter = arg.as_encoded_bytes()[1];
+    match opt.has_arg {
+        HasArg::No => Ok((opt.id, None)),
+        HasArg::Required if arg.len() > 2 => Ok((opt.id, Some(suffix(arg, 2)))),
+        HasArg::Required => match rest.next() {
+            Some(v) => Ok((opt.id, Some(v.to_owned()))),
+            None => Err(GetoptErrorKind::ShortArgumentRequired(letter)),
+        },
+    }
 }
 
 /// Finds the option `name` (an exact match, else a unique prefix match) as
@@ -766,5 +807,26 @@ mod tests {
             &GetoptErrorKind::UnrecognizedOption(OsString::from_vec(b"--fo\xffo".to_vec()))
         );
         assert_eq!(e.to_string(), "digest: unrecognized option '--fo\u{fffd}o'");
+    }
+
+    #[test]
+    fn short_option_with_argument() {
+        const OPTS: &[LongOpt] = &[LongOpt::required("options", 9).with_short(b'o')];
+        let p = parse_with_ordering(
+            "mount",
+            &["a", "-o", "ro", "-oallow_other", "b"],
+            OPTS,
+            Ordering::Permute,
+        )
+        .unwrap();
+        assert_eq!(
+            p.options,
+            vec![(9, Some("ro".into())), (9, Some("allow_other".into()))]
+        );
+        assert_eq!(p.operands, os(&["a", "b"]));
+        let e = parse_with_ordering("mount", &["-o"], OPTS, Ordering::Permute).unwrap_err();
+        assert_eq!(e.message(), b"mount: option requires an argument -- 'o'");
+        let e = parse_with_ordering("mount", &["-x"], OPTS, Ordering::Permute).unwrap_err();
+        assert_eq!(e.message(), b"mount: invalid option -- 'x'");
     }
 }

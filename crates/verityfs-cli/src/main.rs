@@ -2,6 +2,7 @@
 //! fsverity-utils' `fsverity`.
 
 mod cmd_digest;
+mod cmd_mount;
 mod commands;
 mod getopt;
 mod output;
@@ -12,6 +13,19 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    init_logging();
     let args: Vec<OsString> = std::env::args_os().collect();
     ExitCode::from(commands::run(&args))
+}
+
+/// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default:
+/// warnings and errors only, so nothing is printed on the happy path; fuser
+/// warns about routine events such as being unmounted from outside).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,fuser=error"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

@@ -1,16 +1,26 @@
 //! Messages in fsverity-utils' style: `ERROR: <what>[: <strerror>]`.
+//!
+//! Messages are bytes, not strings, because they quote file names and
+//! arguments, which are printed exactly as given even when not UTF-8.
 
-use std::fmt;
+use std::ffi::OsStr;
 use std::io::{self, Write};
 
 /// Prints `ERROR: <msg>` to stderr.
-pub fn error_msg(msg: fmt::Arguments) {
-    let _ = writeln!(io::stderr(), "ERROR: {msg}");
+pub fn error_msg(msg: impl AsRef<[u8]>) {
+    let line = [b"ERROR: ", msg.as_ref(), b"\n"].concat();
+    let _ = io::stderr().write_all(&line);
 }
 
 /// Prints `ERROR: <msg>: <strerror(errno)>` to stderr.
-pub fn error_msg_errno(msg: fmt::Arguments, err: &io::Error) {
-    error_msg(format_args!("{msg}: {}", strerror(err)));
+pub fn error_msg_errno(msg: impl AsRef<[u8]>, err: &io::Error) {
+    error_msg([msg.as_ref(), b": ", strerror(err).as_bytes()].concat());
+}
+
+/// `<before><name><after>` as bytes: a message quoting a file name or an
+/// argument.
+pub fn quote(before: &str, name: &OsStr, after: &str) -> Vec<u8> {
+    [before.as_bytes(), name.as_encoded_bytes(), after.as_bytes()].concat()
 }
 
 /// The C library's text for an I/O error, without Rust's " (os error N)".
@@ -25,7 +35,8 @@ pub fn strerror(err: &io::Error) -> String {
     }
 }
 
-/// Writes `bytes` to stdout; a closed pipe ends the program quietly, as
+/// Writes `bytes` to stdout. Like fsverity's `printf()`, a failed write is
+/// not an error, except that a closed pipe ends the program quietly, as
 /// SIGPIPE ends a C program.
 pub fn print_stdout(bytes: &[u8]) {
     let mut out = io::stdout().lock();
@@ -33,7 +44,5 @@ pub fn print_stdout(bytes: &[u8]) {
         if e.kind() == io::ErrorKind::BrokenPipe {
             std::process::exit(1);
         }
-        error_msg_errno(format_args!("writing to stdout"), &e);
-        std::process::exit(1);
     }
 }

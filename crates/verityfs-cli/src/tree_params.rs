@@ -8,7 +8,7 @@ use std::ffi::OsStr;
 use verityfs::{Error, HashAlgorithm, MerkleTreeParams, Salt};
 
 use crate::commands::show_all_hash_algs;
-use crate::output::error_msg;
+use crate::output::{error_msg, quote};
 
 /// Option ids of the tree options, for the getopt tables.
 pub const OPT_HASH_ALG: u32 = 100;
@@ -33,14 +33,13 @@ impl TreeArgs {
     /// Takes one tree option; prints fsverity's message and returns false
     /// when its value is bad or it was already given.
     pub fn parse_option(&mut self, id: u32, value: &OsStr) -> bool {
-        let text = value.to_string_lossy();
         match id {
             OPT_HASH_ALG => {
-                once(&self.hash_alg, "--hash-alg") && parse_hash_alg(&text, &mut self.hash_alg)
+                once(&self.hash_alg, "--hash-alg") && parse_hash_alg(value, &mut self.hash_alg)
             }
             OPT_BLOCK_SIZE => {
                 once(&self.block_size, "--block-size")
-                    && parse_block_size(&text, &mut self.block_size)
+                    && parse_block_size(value, &mut self.block_size)
             }
             OPT_SALT => once(&self.salt, "--salt") && parse_salt(value, &mut self.salt),
             _ => unreachable!("not a tree option: {id}"),
@@ -62,18 +61,19 @@ impl TreeArgs {
 
 fn once<T>(slot: &Option<T>, name: &str) -> bool {
     if slot.is_some() {
-        error_msg(format_args!("{name} can only be specified once"));
+        error_msg(format!("{name} can only be specified once"));
     }
     slot.is_none()
 }
 
-fn parse_hash_alg(arg: &str, slot: &mut Option<u32>) -> bool {
-    match strtoul(arg) {
+fn parse_hash_alg(arg: &OsStr, slot: &mut Option<u32>) -> bool {
+    let text = arg.to_str().unwrap_or_default();
+    match strtoul(text) {
         (n, true) if n > 0 && n < i32::MAX as u64 => *slot = Some(n as u32),
-        _ => match HashAlgorithm::from_name(arg) {
+        _ => match arg.to_str().and_then(HashAlgorithm::from_name) {
             Some(alg) => *slot = Some(alg.id().into()),
             None => {
-                error_msg(format_args!("unknown hash algorithm: '{arg}'"));
+                error_msg(quote("unknown hash algorithm: '", arg, "'"));
                 show_all_hash_algs(&mut std::io::stderr());
                 return false;
             }
@@ -82,16 +82,15 @@ fn parse_hash_alg(arg: &str, slot: &mut Option<u32>) -> bool {
     true
 }
 
-fn parse_block_size(arg: &str, slot: &mut Option<u32>) -> bool {
-    match strtoul(arg) {
+fn parse_block_size(arg: &OsStr, slot: &mut Option<u32>) -> bool {
+    // Not UTF-8: not a number either ("x" stands for any non-digit).
+    match strtoul(arg.to_str().unwrap_or("x")) {
         (n, true) if n > 0 && n < i32::MAX as u64 && n.is_power_of_two() => {
             *slot = Some(n as u32);
             true
         }
         _ => {
-            error_msg(format_args!(
-                "Invalid block size: {arg}.  Must be power of 2"
-            ));
+            error_msg(quote("Invalid block size: ", arg, ".  Must be power of 2"));
             false
         }
     }
@@ -104,7 +103,7 @@ fn parse_salt(arg: &OsStr, slot: &mut Option<Vec<u8>>) -> bool {
             true
         }
         None => {
-            error_msg(format_args!("salt is not a valid hex string"));
+            error_msg("salt is not a valid hex string");
             false
         }
     }

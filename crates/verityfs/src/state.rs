@@ -3,8 +3,9 @@
 
 use std::fs::File;
 use std::io;
+use std::path::Path;
 
-use rustix::fs::{fgetxattr, fremovexattr};
+use rustix::fs::{fgetxattr, fremovexattr, getxattr};
 
 use crate::error::{Error, Result};
 use crate::layout::{
@@ -29,11 +30,22 @@ impl FileState {
     /// record wins over an enabling record (the enable had reached its
     /// commit point). Malformed records are errors (`EINVAL`).
     pub fn read(file: &File) -> Result<FileState> {
+        Self::read_with(|name, buf| fgetxattr(file, name, buf))
+    }
+
+    /// Like [`FileState::read`], for the file at `path` (following
+    /// symbolic links, so `/proc/self/fd/N` of an `O_PATH` descriptor
+    /// works).
+    pub fn read_path(path: &Path) -> Result<FileState> {
+        Self::read_with(|name, buf| getxattr(path, name, buf))
+    }
+
+    fn read_with(get: impl Fn(&str, &mut [u8]) -> rustix::io::Result<usize>) -> Result<FileState> {
         let mut buf = [0u8; LOCATION_SIZE + 1];
-        if let Some(n) = get_xattr(file, LOCATION_XATTR, &mut buf)? {
+        if let Some(n) = absent_is_none(get(LOCATION_XATTR, &mut buf))? {
             return Ok(FileState::Verity(Location::decode(&buf[..n])?));
         }
-        if let Some(n) = get_xattr(file, ENABLING_XATTR, &mut buf[..ENABLING_SIZE + 1])? {
+        if let Some(n) = absent_is_none(get(ENABLING_XATTR, &mut buf[..ENABLING_SIZE + 1]))? {
             return Ok(FileState::Enabling(EnablingRecord::decode(&buf[..n])?));
         }
         Ok(FileState::Regular)
@@ -54,10 +66,10 @@ impl FileState {
     }
 }
 
-/// Reads extended attribute `name` into `buf`: `None` if it does not exist.
-/// A value longer than `buf` is reported as `ERANGE`.
-fn get_xattr(file: &File, name: &str, buf: &mut [u8]) -> Result<Option<usize>> {
-    match fgetxattr(file, name, &mut *buf) {
+/// The length of an extended attribute read, or `None` if it does not
+/// exist. A value longer than the buffer is reported as `ERANGE`.
+fn absent_is_none(read: rustix::io::Result<usize>) -> Result<Option<usize>> {
+    match read {
         Ok(n) => Ok(Some(n)),
         Err(rustix::io::Errno::NODATA) => Ok(None),
         Err(e) => Err(Error::Io(e.into())),

@@ -1,0 +1,187 @@
+//! `verityfs mount BACKING MOUNTPOINT`: serve a backing directory with
+//! fs-verity semantics, in the foreground, until unmounted or interrupted.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use verityfs_fuse::MountOptions;
+
+use crate::commands::{Command, EXIT_FAILURE, EXIT_OK};
+use crate::getopt::{Getopt, LongOpt};
+use crate::output::{error_msg, quote};
+
+const OPT_OPTIONS: u32 = 1;
+const OPT_READ_ONLY: u32 = 2;
+const OPT_NO_READAHEAD: u32 = 3;
+const OPT_CACHE_SIZE: u32 = 4;
+const OPT_THREADS: u32 = 5;
+
+const LONGOPTS: &[LongOpt] = &[
+    LongOpt::required("options", OPT_OPTIONS).with_short(b'o'),
+    LongOpt::flag("read-only", OPT_READ_ONLY),
+    LongOpt::flag("no-merkle-readahead", OPT_NO_READAHEAD),
+    LongOpt::required("cache-size", OPT_CACHE_SIZE),
+    LongOpt::required("threads", OPT_THREADS),
+];
+
+/// Mount options (`-o`) accepted and ignored because they are the default
+/// or meaningless here, so that `/etc/fstab` lines written for other FUSE
+/// filesystems work.
+const IGNORED: &[&str] = &[
+    "rw",
+    "dev",
+    "nodev",
+    "suid",
+    "nosuid",
+    "exec",
+    "noexec",
+    "atime",
+    "noatime",
+    "relatime",
+    "auto",
+    "noauto",
+    "user",
+    "users",
+    "nofail",
+    "_netdev",
+    "default_permissions",
+    "async",
+];
+
+/// Runs `verityfs mount`.
+pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
+    let mut options = MountOptions::default();
+    let mut getopt = Getopt::new(cmd.name, args, LONGOPTS);
+    for opt in getopt.by_ref() {
+        let ok = match opt {
+            Ok((id, value)) => take(&mut options, id, &value.unwrap_or_default()),
+            Err(e) => {
+                let _ = io::stderr().write_all(&[e.message(), b"\n"].concat());
+                false
+            }
+        };
+        if !ok {
+            return cmd.usage_error();
+        }
+    }
+    let Ok([backing, mountpoint]) = <[OsString; 2]>::try_from(getopt.into_operands()) else {
+        return cmd.usage_error();
+    };
+    let (backing, mountpoint) = (PathBuf::from(backing), PathBuf::from(mountpoint));
+    for dir in [&backing, &mountpoint] {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            crate::output::error_msg_errno(
+                quote("can't create directory '", dir.as_os_str(), "'"),
+                &e,
+            );
+            return EXIT_FAILURE;
+        }
+    }
+    match verityfs_fuse::run(&backing, &mountpoint, options) {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            error_msg(quote(
+                "mounting '",
+                mountpoint.as_os_str(),
+                &format!("': {e}"),
+            ));
+            EXIT_FAILURE
+        }
+    }
+}
+
+fn take(options: &mut MountOptions, id: u32, value: &OsStr) -> bool {
+    let text = value.to_string_lossy();
+    match id {
+        OPT_OPTIONS => text
+            .split(',')
+            .filter(|o| !o.is_empty())
+            .all(|o| mount_option(options, o)),
+        OPT_READ_ONLY => {
+            options.read_only = true;
+            true
+        }
+        OPT_NO_READAHEAD => {
+            options.read.merkle_readahead = false;
+            true
+        }
+        OPT_CACHE_SIZE => parse_size(&text)
+            .map(|n| options.read.cache_bytes = n)
+            .is_some(),
+        OPT_THREADS => match text.parse::<usize>() {
+            Ok(n @ 1..=64) => {
+                options.threads = n;
+                true
+            }
+            _ => {
+                error_msg(format!("invalid thread count: {text} (1 to 64)"));
+                false
+            }
+        },
+        _ => unreachable!("unknown option id {id}"),
+    }
+}
+
+/// One `-o` option.
+fn mount_option(options: &mut MountOptions, option: &str) -> bool {
+    match option {
+        "ro" => options.read_only = true,
+        "allow_other" => options.allow_other = true,
+        "noreadahead" => options.read.merkle_readahead = false,
+        o if o.starts_with("cache_size=") => match parse_size(&o["cache_size=".len()..]) {
+            Some(n) => options.read.cache_bytes = n,
+            None => return false,
+        },
+        o if IGNORED.contains(&o) => {}
+        o => {
+            error_msg(format!("unknown mount option: {o}"));
+            return false;
+        }
+    }
+    true
+}
+
+/// A byte count with an optional K, M or G suffix (powers of 1024).
+fn parse_size(text: &str) -> Option<usize> {
+    let (digits, shift) = match text.as_bytes().last() {
+        Some(b'K' | b'k') => (&text[..text.len() - 1], 10),
+        Some(b'M' | b'm') => (&text[..text.len() - 1], 20),
+        Some(b'G' | b'g') => (&text[..text.len() - 1], 30),
+        _ => (text, 0),
+    };
+    let size = digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift));
+    if size.is_none() {
+        error_msg(format!("invalid size: {text}"));
+    }
+    size
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64M"), Some(64 << 20));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("1g"), Some(1 << 30));
+        assert_eq!(parse_size("x"), None);
+    }
+
+    #[test]
+    fn mount_options() {
+        let mut o = MountOptions::default();
+        assert!(take(
+            &mut o,
+            OPT_OPTIONS,
+            OsStr::new("ro,allow_other,nosuid,cache_size=1M")
+        ));
+        assert!(o.read_only && o.allow_other);
+        assert_eq!(o.read.cache_bytes, 1 << 20);
+        assert!(!take(&mut o, OPT_OPTIONS, OsStr::new("bogus")));
+    }
+}

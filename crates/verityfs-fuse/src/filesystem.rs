@@ -1,0 +1,511 @@
+//! The adapter between fuser's `Filesystem` trait and [`VerityFs`]: each
+//! method fetches its inodes, calls one operation, and replies. Nothing
+//! else in the crate knows fuser's request and reply types, so a change of
+//! FUSE crate touches this file (and `mount.rs`) only.
+
+use std::ffi::OsStr;
+use std::io;
+use std::path::Path;
+use std::time::SystemTime;
+
+use fuser::{
+    AccessFlags, BsdFileFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
+    IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::attr::TTL;
+use crate::caller::Caller;
+use crate::fs::VerityFs;
+use crate::handles::Handle;
+use crate::ioctl::{
+    FS_IOC32_GETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_ENABLE_VERITY, FS_IOC_GETFLAGS,
+    FS_IOC_MEASURE_VERITY, FS_IOC_SETFLAGS,
+};
+
+/// The largest read or write request we ask the kernel for.
+const MAX_IO: u32 = 1 << 20;
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
+}
+
+fn to_timespec(t: Option<TimeOrNow>) -> rustix::fs::Timespec {
+    match t {
+        None => rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
+        Some(TimeOrNow::Now) => rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        },
+        Some(TimeOrNow::SpecificTime(t)) => {
+            let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+            rustix::fs::Timespec {
+                tv_sec: d.as_secs() as i64,
+                tv_nsec: d.subsec_nanos().into(),
+            }
+        }
+    }
+}
+
+impl VerityFs {
+    fn set_attr(
+        &self,
+        ino: INodeNo,
+        mode: Option<u32>,
+        owner: (Option<u32>, Option<u32>),
+        size: Option<u64>,
+        times: (Option<TimeOrNow>, Option<TimeOrNow>),
+        fh: Option<FileHandle>,
+    ) -> Result<fuser::FileAttr, Errno> {
+        let inode = self.inode(ino)?;
+        if let Some(size) = size {
+            self.truncate(&inode, fh, size)?;
+        }
+        if let Some(mode) = mode {
+            let mode = rustix::fs::Mode::from_raw_mode(mode & 0o7777);
+            rustix::fs::chmodat(
+                rustix::fs::CWD,
+                inode.proc_path(),
+                mode,
+                rustix::fs::AtFlags::empty(),
+            )
+            .map_err(crate::inodes::errno)?;
+        }
+        if owner.0.is_some() || owner.1.is_some() {
+            let uid = owner.0.map(rustix::fs::Uid::from_raw);
+            let gid = owner.1.map(rustix::fs::Gid::from_raw);
+            let flags = rustix::fs::AtFlags::EMPTY_PATH | rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
+            rustix::fs::chownat(&inode.fd, "", uid, gid, flags).map_err(crate::inodes::errno)?;
+        }
+        if times.0.is_some() || times.1.is_some() {
+            let stamps = rustix::fs::Timestamps {
+                last_access: to_timespec(times.0),
+                last_modification: to_timespec(times.1),
+            };
+            rustix::fs::utimensat(
+                rustix::fs::CWD,
+                inode.proc_path(),
+                &stamps,
+                rustix::fs::AtFlags::empty(),
+            )
+            .map_err(crate::inodes::errno)?;
+        }
+        self.attr(&inode)
+    }
+
+    fn ioctl_op(
+        &self,
+        req: &Request,
+        fh: FileHandle,
+        cmd: u32,
+        input: &[u8],
+    ) -> Result<Vec<u8>, Errno> {
+        match cmd {
+            FS_IOC_ENABLE_VERITY => self.enable(caller(req), fh, input).map(|()| Vec::new()),
+            FS_IOC_MEASURE_VERITY => self.measure(fh, input),
+            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => Ok(self.get_flags(fh)?.to_le_bytes().to_vec()),
+            FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => self.set_flags(fh, input).map(|()| Vec::new()),
+            // FS_IOC_READ_VERITY_METADATA included: the kernel gives us no
+            // way to write the caller's buffer.
+            _ => Err(Errno::ENOTTY),
+        }
+    }
+}
+
+macro_rules! reply_with {
+    ($reply:expr, $result:expr, |$ok:pat_param| $body:expr) => {
+        match $result {
+            Ok($ok) => $body,
+            Err(e) => $reply.error(e),
+        }
+    };
+}
+
+impl Filesystem for VerityFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        // Large requests: fewer round trips per byte and larger verified
+        // batches. The kernel clamps both to what it allows.
+        let _ = config.set_max_write(MAX_IO);
+        let _ = config.set_max_readahead(MAX_IO);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let result = self.inode(parent).and_then(|p| self.lookup_child(&p, name));
+        reply_with!(reply, result, |(_, attr)| reply.entry(
+            &TTL,
+            &attr,
+            Generation(0)
+        ));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inodes.forget(ino, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let result = self.inode(ino).and_then(|i| self.attr(&i));
+        reply_with!(reply, result, |attr| reply.attr(&TTL, &attr));
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let result = self.set_attr(ino, mode, (uid, gid), size, (atime, mtime), fh);
+        reply_with!(reply, result, |attr| reply.attr(&TTL, &attr));
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let result = self.inode(ino).and_then(|i| self.read_link(&i));
+        reply_with!(reply, result, |target| reply.data(&target));
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let result = self
+            .inode(parent)
+            .and_then(|p| self.make_node(caller(req), &p, name, mode, rdev));
+        reply_with!(reply, result, |attr| reply.entry(
+            &TTL,
+            &attr,
+            Generation(0)
+        ));
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let result = self
+            .inode(parent)
+            .and_then(|p| self.make_dir(caller(req), &p, name, mode));
+        reply_with!(reply, result, |attr| reply.entry(
+            &TTL,
+            &attr,
+            Generation(0)
+        ));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self
+            .inode(parent)
+            .and_then(|p| self.remove(&p, name, false));
+        reply_with!(reply, result, |()| reply.ok());
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self.inode(parent).and_then(|p| self.remove(&p, name, true));
+        reply_with!(reply, result, |()| reply.ok());
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let result = self
+            .inode(parent)
+            .and_then(|p| self.make_symlink(caller(req), &p, link_name, target));
+        reply_with!(reply, result, |attr| reply.entry(
+            &TTL,
+            &attr,
+            Generation(0)
+        ));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let result = self
+            .inode(parent)
+            .and_then(|p| Ok((p, self.inode(newparent)?)))
+            .and_then(|(p, np)| self.rename(&p, name, &np, newname, flags));
+        reply_with!(reply, result, |()| reply.ok());
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let result = self
+            .inode(ino)
+            .and_then(|i| Ok((i, self.inode(newparent)?)))
+            .and_then(|(i, np)| self.make_link(&i, &np, newname));
+        reply_with!(reply, result, |attr| reply.entry(
+            &TTL,
+            &attr,
+            Generation(0)
+        ));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let result = self.inode(ino).and_then(|i| self.open_file(&i, flags));
+        reply_with!(reply, result, |(fh, fopen)| reply.opened(fh, fopen));
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        reply_with!(reply, self.read_file(fh, offset, size), |data| reply
+            .data(&data));
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _wflags: WriteFlags,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        reply_with!(reply, self.write_file(fh, offset, data), |n| reply
+            .written(n));
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.release_file(fh);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_with!(reply, self.fsync_file(fh, datasync), |()| reply.ok());
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let result = self.inode(ino).and_then(|i| self.open_dir(&i));
+        reply_with!(reply, result, |fh| reply.opened(fh, FopenFlags::empty()));
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let handle = match self.handles.get(fh) {
+            Ok(handle) => handle,
+            Err(e) => return reply.error(e),
+        };
+        let Handle::Dir { entries, .. } = &*handle else {
+            return reply.error(Errno::ENOTDIR);
+        };
+        for (i, (name, ino, kind)) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.handles.remove(fh);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        reply_with!(reply, self.stat_fs(), |s| reply.statfs(
+            s.f_blocks,
+            s.f_bfree,
+            s.f_bavail,
+            s.f_files,
+            s.f_ffree,
+            s.f_bsize as u32,
+            s.f_namemax as u32,
+            s.f_frsize as u32,
+        ));
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let result = self
+            .inode(ino)
+            .and_then(|i| self.set_xattr(&i, name, value, flags));
+        reply_with!(reply, result, |()| reply.ok());
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let result = self.inode(ino).and_then(|i| self.get_xattr(&i, name, size));
+        reply_with!(reply, result, |value| xattr_reply(reply, size, &value));
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let result = self.inode(ino).and_then(|i| self.list_xattr(&i));
+        reply_with!(reply, result, |names| xattr_reply(reply, size, &names));
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self.inode(ino).and_then(|i| self.remove_xattr(&i, name));
+        reply_with!(reply, result, |()| reply.ok());
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Mounted with default_permissions: the kernel checks access.
+        reply.ok();
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let result = self
+            .inode(parent)
+            .and_then(|p| self.create_file(caller(req), &p, name, mode, umask, flags));
+        reply_with!(reply, result, |(attr, fh)| reply.created(
+            &TTL,
+            &attr,
+            Generation(0),
+            fh,
+            FopenFlags::empty()
+        ));
+    }
+
+    fn ioctl(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply_with!(reply, self.ioctl_op(req, fh, cmd, in_data), |out| reply
+            .ioctl(0, &out));
+    }
+}
+
+/// Answers a size query (`size` 0) or sends `value` if it fits (`ERANGE`
+/// otherwise).
+fn xattr_reply(reply: ReplyXattr, size: u32, value: &[u8]) {
+    if size == 0 {
+        reply.size(value.len() as u32);
+    } else if value.len() <= size as usize {
+        reply.data(value);
+    } else {
+        reply.error(Errno::from_i32(libc::ERANGE));
+    }
+}

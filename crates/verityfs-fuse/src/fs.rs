@@ -1,0 +1,222 @@
+//! The filesystem's state and the helpers every operation uses: finding
+//! inodes, attributes with verity sizes, opening backing files.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+
+use fuser::{Errno, FileAttr, FileType, INodeNo};
+use rustix::fs::{Mode, OFlags, Stat, CWD};
+use verityfs::{FileState, ReadOptions, Verifier, VerityFile};
+
+use crate::attr::to_file_attr;
+use crate::handles::HandleTable;
+use crate::inodes::{errno, Inode, InodeTable, VerityState};
+
+/// Settings of a mount.
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    /// Refuse every change (mounted `ro`; enable gives `EROFS`).
+    pub read_only: bool,
+    /// Let other users than the mounter use the filesystem.
+    pub allow_other: bool,
+    /// Verified read path settings (readahead, cache size).
+    pub read: ReadOptions,
+    /// FUSE worker threads.
+    pub threads: usize,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            read_only: false,
+            allow_other: false,
+            read: ReadOptions::default(),
+            threads: 4,
+        }
+    }
+}
+
+/// A verityfs filesystem over a backing directory.
+pub struct VerityFs {
+    pub(crate) inodes: InodeTable,
+    pub(crate) handles: HandleTable,
+    pub(crate) verifier: Arc<Verifier>,
+    pub(crate) options: MountOptions,
+    /// The daemon runs as root: new files are given to their creator.
+    pub(crate) as_root: bool,
+}
+
+impl VerityFs {
+    /// A filesystem over the directory `backing`. Fails clearly if the
+    /// backing filesystem cannot hold verity files (no user extended
+    /// attributes).
+    pub fn new(backing: &Path, options: MountOptions) -> io::Result<Self> {
+        let root = rustix::fs::open(
+            backing,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", backing.display())))?;
+        if !options.read_only {
+            probe_xattrs(backing)?;
+        }
+        Ok(VerityFs {
+            inodes: InodeTable::new(root).map_err(|e| io::Error::from_raw_os_error(e.code()))?,
+            handles: HandleTable::default(),
+            verifier: Verifier::new(options.read),
+            options,
+            as_root: rustix::process::geteuid().is_root(),
+        })
+    }
+
+    /// The shared verifier (tree block cache and counters).
+    pub fn verifier(&self) -> &Arc<Verifier> {
+        &self.verifier
+    }
+
+    /// Looks `name` up in `parent`, taking a kernel reference to it.
+    pub(crate) fn lookup_child(
+        &self,
+        parent: &Inode,
+        name: &OsStr,
+    ) -> Result<(Arc<Inode>, FileAttr), Errno> {
+        let fd = rustix::fs::openat(
+            parent.fd.as_fd(),
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        let st = rustix::fs::fstat(&fd).map_err(errno)?;
+        let inode = self.inodes.insert(fd, &st);
+        let attr = self.attr_with_stat(&inode, &st)?;
+        Ok((inode, attr))
+    }
+
+    /// The attributes of `inode` as users see them.
+    pub(crate) fn attr(&self, inode: &Inode) -> Result<FileAttr, Errno> {
+        self.attr_with_stat(inode, &inode.stat()?)
+    }
+
+    fn attr_with_stat(&self, inode: &Inode, st: &Stat) -> Result<FileAttr, Errno> {
+        let backing_size = st.st_size as u64;
+        let size = match inode.kind {
+            FileType::RegularFile => {
+                let verity = inode.verity();
+                match &verity.file {
+                    Some(file) => file.data_size(),
+                    // A damaged record is reported when the file is opened.
+                    None => self
+                        .state(inode, &verity)
+                        .map_or(backing_size, |s| s.logical_size(backing_size)),
+                }
+            }
+            _ => backing_size,
+        };
+        Ok(to_file_attr(inode.ino, st, size))
+    }
+
+    /// The verity state of a regular file, undoing an enable that was
+    /// killed (one not running in this daemon).
+    pub(crate) fn state(&self, inode: &Inode, verity: &VerityState) -> Result<FileState, Errno> {
+        let state = FileState::read_path(&inode.proc_path()).map_err(lib_errno)?;
+        match state {
+            FileState::Enabling(_) if !verity.enabling && !self.options.read_only => {
+                let file = self.open_backing(inode, OFlags::RDWR)?;
+                verityfs::state::recover(&file).map_err(lib_errno)
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// The open verity file of `inode` if it is one (opened once, shared).
+    pub(crate) fn verity_file(
+        &self,
+        inode: &Inode,
+        verity: &mut VerityState,
+    ) -> Result<Option<Arc<VerityFile>>, Errno> {
+        if let Some(file) = &verity.file {
+            return Ok(Some(file.clone()));
+        }
+        if !self.state(inode, verity)?.is_verity() {
+            return Ok(None);
+        }
+        let backing = self.open_backing(inode, OFlags::RDONLY)?;
+        // The backing path as of now, for messages (the file may be renamed).
+        let name = std::fs::read_link(inode.proc_path()).unwrap_or_else(|_| inode.proc_path());
+        let file = Arc::new(VerityFile::open(&self.verifier, backing, &name).map_err(lib_errno)?);
+        verity.file = Some(file.clone());
+        Ok(Some(file))
+    }
+
+    /// Opens the backing object of `inode` with `flags`.
+    pub(crate) fn open_backing(&self, inode: &Inode, flags: OFlags) -> Result<File, Errno> {
+        let fd: OwnedFd = rustix::fs::openat(
+            CWD,
+            inode.proc_path(),
+            flags | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno)?;
+        Ok(File::from(fd))
+    }
+
+    /// Gives a new backing object to the caller, as the kernel would have
+    /// created it as them (only needed when the daemon runs as root).
+    pub(crate) fn chown_new(&self, fd: impl AsFd, uid: u32, gid: u32) -> Result<(), Errno> {
+        if !self.as_root || uid == 0 && gid == 0 {
+            return Ok(());
+        }
+        let owner = (
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(gid)),
+        );
+        rustix::fs::chownat(
+            fd,
+            "",
+            owner.0,
+            owner.1,
+            rustix::fs::AtFlags::EMPTY_PATH | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(errno)
+    }
+
+    /// The inode `ino`.
+    pub(crate) fn inode(&self, ino: INodeNo) -> Result<Arc<Inode>, Errno> {
+        self.inodes.get(ino)
+    }
+}
+
+/// A library error as a FUSE errno.
+pub(crate) fn lib_errno(e: verityfs::Error) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+/// Checks that the backing filesystem keeps user extended attributes, which
+/// the layout needs, by setting one on a scratch file.
+fn probe_xattrs(backing: &Path) -> io::Result<()> {
+    let probe = backing.join(format!(".verityfs-probe-{}", std::process::id()));
+    let file = File::create(&probe)?;
+    let result = rustix::fs::fsetxattr(
+        &file,
+        "user.verityfs.probe",
+        b"1",
+        rustix::fs::XattrFlags::empty(),
+    );
+    drop(file);
+    std::fs::remove_file(&probe)?;
+    result.map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "{}: the backing filesystem does not support user extended attributes ({e}), \
+                 which verity files need",
+                backing.display()
+            ),
+        )
+    })
+}

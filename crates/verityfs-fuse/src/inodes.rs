@@ -1,0 +1,173 @@
+//! The inode table: one entry per backing object the kernel knows about,
+//! holding an `O_PATH` descriptor, so that renames in the backing directory
+//! never confuse us (the design of libfuse's `passthrough_ll`).
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use fuser::{Errno, FileType, INodeNo};
+use rustix::fs::{FileType as RawType, Stat};
+use verityfs::VerityFile;
+
+/// The fs-verity state of a regular file, guarded by the inode's mutex.
+#[derive(Default)]
+pub struct VerityState {
+    /// Open handles with write access (the kernel's `i_writecount`).
+    pub writers: u32,
+    /// An enable is running on this inode.
+    pub enabling: bool,
+    /// The open verity file, shared by all readers, once the file is
+    /// known to be verity.
+    pub file: Option<Arc<VerityFile>>,
+}
+
+/// One backing object.
+pub struct Inode {
+    /// Our inode number.
+    pub ino: INodeNo,
+    /// `O_PATH | O_NOFOLLOW` descriptor of the backing object.
+    pub fd: OwnedFd,
+    /// The object's type.
+    pub kind: FileType,
+    key: (u64, u64),
+    verity: Mutex<VerityState>,
+}
+
+impl Inode {
+    /// A path naming the backing object through `/proc/self/fd`, usable to
+    /// open it or to reach it with path-based calls.
+    pub fn proc_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+
+    /// The verity state (regular files).
+    pub fn verity(&self) -> MutexGuard<'_, VerityState> {
+        self.verity
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The backing object's current attributes.
+    pub fn stat(&self) -> Result<Stat, Errno> {
+        rustix::fs::fstat(self.fd.as_fd()).map_err(errno)
+    }
+}
+
+struct Entry {
+    inode: Arc<Inode>,
+    lookups: u64,
+}
+
+#[derive(Default)]
+struct Tables {
+    by_ino: HashMap<u64, Entry>,
+    by_key: HashMap<(u64, u64), u64>,
+    next_ino: u64,
+}
+
+/// All inodes the kernel holds references to.
+pub struct InodeTable {
+    tables: RwLock<Tables>,
+}
+
+impl InodeTable {
+    /// A table whose root (inode 1) is the backing directory `root`.
+    pub fn new(root: OwnedFd) -> Result<Self, Errno> {
+        let st = rustix::fs::fstat(&root).map_err(errno)?;
+        let table = InodeTable {
+            tables: RwLock::new(Tables {
+                next_ino: 1,
+                ..Default::default()
+            }),
+        };
+        table.insert(root, &st);
+        Ok(table)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Tables> {
+        self.tables
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The inode `ino`; `ESTALE` if the kernel's reference is unknown.
+    pub fn get(&self, ino: INodeNo) -> Result<Arc<Inode>, Errno> {
+        let tables = self
+            .tables
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        tables
+            .by_ino
+            .get(&ino.0)
+            .map(|e| e.inode.clone())
+            .ok_or(Errno::from_i32(libc::ESTALE))
+    }
+
+    /// Records one more kernel reference to the object `fd` with
+    /// attributes `st`, reusing the entry of a known object (hard links,
+    /// repeated lookups).
+    pub fn insert(&self, fd: OwnedFd, st: &Stat) -> Arc<Inode> {
+        let key = (st.st_dev, st.st_ino);
+        let mut tables = self.write();
+        if let Some(&ino) = tables.by_key.get(&key) {
+            let entry = tables.by_ino.get_mut(&ino).expect("tables agree");
+            entry.lookups += 1;
+            return entry.inode.clone();
+        }
+        let ino = tables.next_ino;
+        tables.next_ino += 1;
+        let inode = Arc::new(Inode {
+            ino: INodeNo(ino),
+            fd,
+            kind: file_type(st),
+            key,
+            verity: Mutex::default(),
+        });
+        tables.by_key.insert(key, ino);
+        tables.by_ino.insert(
+            ino,
+            Entry {
+                inode: inode.clone(),
+                lookups: 1,
+            },
+        );
+        inode
+    }
+
+    /// Drops `n` kernel references to `ino`, and the entry with the last.
+    pub fn forget(&self, ino: INodeNo, n: u64) {
+        if ino == INodeNo::ROOT {
+            return;
+        }
+        let mut tables = self.write();
+        let Some(entry) = tables.by_ino.get_mut(&ino.0) else {
+            return;
+        };
+        entry.lookups = entry.lookups.saturating_sub(n);
+        if entry.lookups == 0 {
+            let key = entry.inode.key;
+            tables.by_ino.remove(&ino.0);
+            tables.by_key.remove(&key);
+        }
+    }
+}
+
+/// The FUSE file type of a backing object.
+pub fn file_type(st: &Stat) -> FileType {
+    match RawType::from_raw_mode(st.st_mode) {
+        RawType::Directory => FileType::Directory,
+        RawType::Symlink => FileType::Symlink,
+        RawType::Fifo => FileType::NamedPipe,
+        RawType::Socket => FileType::Socket,
+        RawType::CharacterDevice => FileType::CharDevice,
+        RawType::BlockDevice => FileType::BlockDevice,
+        RawType::RegularFile | RawType::Unknown => FileType::RegularFile,
+    }
+}
+
+/// A rustix error as a FUSE errno.
+pub fn errno(e: rustix::io::Errno) -> Errno {
+    Errno::from_i32(e.raw_os_error())
+}

@@ -1,0 +1,26 @@
+//! A FUSE filesystem that gives fs-verity semantics to any directory: the
+//! unmodified `fsverity enable` and `fsverity measure` work through it,
+//! verity files are read-only, and every read of one is verified against
+//! its Merkle tree (by the [`verityfs`] library).
+//!
+//! The kernel applies none of fs-verity's rules to FUSE files, so the
+//! daemon applies all of them itself: the checks and errnos of
+//! `FS_IOC_ENABLE_VERITY` in the kernel's order, `EPERM` for opening a
+//! verity file for writing or truncating it, `ETXTBSY` for writers during
+//! an enable, and `EIO` for any read that does not verify.
+
+mod attr;
+mod caller;
+mod dir_ops;
+mod file_ops;
+mod filesystem;
+mod fs;
+mod handles;
+mod inodes;
+mod ioctl;
+mod mount;
+mod verity_ops;
+mod xattr_ops;
+
+pub use fs::{MountOptions, VerityFs};
+pub use mount::{run, BackgroundMount};

@@ -1,0 +1,84 @@
+//! Mounting: the FUSE session, its options, and clean unmounting on
+//! SIGINT/SIGTERM or when unmounted from outside.
+
+use std::io;
+use std::path::Path;
+
+use fuser::{Config, MountOption, Session, SessionACL};
+
+use crate::fs::{MountOptions, VerityFs};
+
+fn fuse_config(backing: &Path, options: &MountOptions) -> Config {
+    let mut mount_options = vec![
+        MountOption::FSName(backing.display().to_string()),
+        MountOption::Subtype("verityfs".into()),
+        MountOption::DefaultPermissions,
+    ];
+    if options.read_only {
+        mount_options.push(MountOption::RO);
+    }
+    let mut config = Config::default();
+    config.mount_options = mount_options;
+    config.acl = if options.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(options.threads.max(1));
+    config.clone_fd = true;
+    config
+}
+
+/// Mounts a verityfs of `backing` on `mountpoint` and serves it until it is
+/// unmounted (`umount`, `fusermount3 -u`) or the process gets SIGINT or
+/// SIGTERM, which unmount it cleanly.
+pub fn run(backing: &Path, mountpoint: &Path, options: MountOptions) -> io::Result<()> {
+    // Modes from the kernel are already masked with the caller's umask.
+    rustix::process::umask(rustix::fs::Mode::empty());
+    let fs = VerityFs::new(backing, options.clone())?;
+    let mut session = Session::new(fs, mountpoint, &fuse_config(backing, &options))?;
+    let mut unmounter = session.unmount_callable();
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                tracing::info!("signal {signal}: unmounting");
+                if let Err(e) = unmounter.unmount() {
+                    tracing::error!("unmount failed: {e}");
+                }
+            }
+        })?;
+    tracing::info!("serving {} on {}", backing.display(), mountpoint.display());
+    session.run()
+}
+
+/// A mount served by background threads, unmounted when dropped (for tests
+/// and programs embedding the filesystem).
+pub struct BackgroundMount {
+    session: Option<fuser::BackgroundSession>,
+}
+
+impl BackgroundMount {
+    /// Mounts `backing` on `mountpoint` in the background.
+    pub fn spawn(backing: &Path, mountpoint: &Path, options: MountOptions) -> io::Result<Self> {
+        let fs = VerityFs::new(backing, options.clone())?;
+        let session = Session::new(fs, mountpoint, &fuse_config(backing, &options))?.spawn()?;
+        Ok(BackgroundMount {
+            session: Some(session),
+        })
+    }
+
+    /// Unmounts and waits for the serving threads.
+    pub fn unmount(mut self) -> io::Result<()> {
+        self.session.take().map_or(Ok(()), |s| s.umount_and_join())
+    }
+}
+
+impl Drop for BackgroundMount {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            let _ = session.umount_and_join();
+        }
+    }
+}

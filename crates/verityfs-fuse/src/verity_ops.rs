@@ -1,0 +1,152 @@
+//! The fs-verity ioctls: enable, measure, and the inode flags, with every
+//! rule the kernel would apply itself (the kernel applies none of them to
+//! FUSE files).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fuser::{Errno, FileHandle, FileType};
+use rustix::fs::{IFlags, OFlags};
+use verityfs::{enable_verity, EnableRequest, TreeGeometry};
+
+use crate::caller::Caller;
+use crate::fs::{lib_errno, VerityFs};
+use crate::handles::Handle;
+use crate::inodes::{errno, Inode};
+use crate::ioctl::{measure_reply, EnableArg, FS_VERITY_FL};
+
+/// How often a long enable looks whether its caller was killed.
+const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(20);
+
+impl VerityFs {
+    /// `FS_IOC_ENABLE_VERITY`, checked in the kernel's order.
+    pub(crate) fn enable(&self, caller: Caller, fh: FileHandle, input: &[u8]) -> Result<(), Errno> {
+        let arg = EnableArg::parse(input)?;
+        let handle = self.handles.get(fh)?;
+        let inode = handle.inode().clone();
+        let st = inode.stat()?;
+        if !caller.may_write(st.st_mode, st.st_uid, st.st_gid) {
+            return Err(Errno::EACCES);
+        }
+        match &*handle {
+            Handle::Plain { read: false, .. } => return Err(Errno::EBADF),
+            Handle::Dir { .. } => return Err(Errno::EISDIR),
+            _ if inode.kind != FileType::RegularFile => return Err(Errno::EINVAL),
+            _ => {}
+        }
+        if self
+            .backing_flags(&inode)?
+            .intersects(IFlags::APPEND | IFlags::IMMUTABLE)
+        {
+            return Err(Errno::EPERM);
+        }
+        if self.options.read_only {
+            return Err(Errno::from_i32(libc::EROFS));
+        }
+        self.begin_enable(&inode, &arg)?;
+        let result = self.run_enable(caller, &inode, arg);
+        inode.verity().enabling = false;
+        result
+    }
+
+    /// The checks that need the inode's lock, then marks the enable as
+    /// running (new writers get `ETXTBSY`, a second enable `EBUSY`).
+    fn begin_enable(&self, inode: &Inode, arg: &EnableArg) -> Result<(), Errno> {
+        let mut verity = inode.verity();
+        if verity.writers > 0 {
+            return Err(Errno::ETXTBSY);
+        }
+        let params = arg.params()?;
+        let size = inode.stat()?.st_size as u64;
+        TreeGeometry::new(&params, size)
+            .check_kernel_limits()
+            .map_err(lib_errno)?;
+        if self.verity_file(inode, &mut verity)?.is_some() {
+            return Err(Errno::EEXIST);
+        }
+        if verity.enabling {
+            return Err(Errno::EBUSY);
+        }
+        verity.enabling = true;
+        Ok(())
+    }
+
+    /// Builds and stores the tree; gives up with `EINTR` if the caller is
+    /// killed meanwhile, leaving the file unchanged.
+    fn run_enable(&self, caller: Caller, inode: &Inode, arg: EnableArg) -> Result<(), Errno> {
+        let params = arg.params()?;
+        let file = self.open_backing(inode, OFlags::RDWR)?;
+        let mut last_check = Instant::now();
+        let mut progress = |_| {
+            if last_check.elapsed() < SIGNAL_CHECK_INTERVAL {
+                return true;
+            }
+            last_check = Instant::now();
+            !caller.fatal_signal_pending()
+        };
+        let signature = (!arg.signature.is_empty()).then_some(&arg.signature[..]);
+        let request = EnableRequest {
+            params,
+            signature,
+            progress: &mut progress,
+        };
+        let descriptor = enable_verity(&file, request).map_err(lib_errno)?;
+        tracing::debug!(digest = %descriptor.file_digest(), "enabled verity on inode {}", inode.ino.0);
+        Ok(())
+    }
+
+    /// `FS_IOC_MEASURE_VERITY`: `ENODATA` unless verity.
+    pub(crate) fn measure(&self, fh: FileHandle, input: &[u8]) -> Result<Vec<u8>, Errno> {
+        let file = self.verity_file_of(fh)?;
+        measure_reply(
+            input,
+            file.descriptor().params().hash_algorithm(),
+            file.digest(),
+        )
+    }
+
+    fn verity_file_of(&self, fh: FileHandle) -> Result<Arc<verityfs::VerityFile>, Errno> {
+        let handle = self.handles.get(fh)?;
+        let inode = handle.inode();
+        if inode.kind != FileType::RegularFile {
+            return Err(Errno::from_i32(libc::ENODATA));
+        }
+        let mut verity = inode.verity();
+        self.verity_file(inode, &mut verity)?
+            .ok_or(Errno::from_i32(libc::ENODATA))
+    }
+
+    /// `FS_IOC_GETFLAGS`: the backing file's flags, plus `FS_VERITY_FL`.
+    pub(crate) fn get_flags(&self, fh: FileHandle) -> Result<u32, Errno> {
+        let handle = self.handles.get(fh)?;
+        let inode = handle.inode();
+        let mut flags = self.backing_flags(inode)?.bits();
+        if inode.kind == FileType::RegularFile {
+            let mut verity = inode.verity();
+            if self.verity_file(inode, &mut verity)?.is_some() {
+                flags |= FS_VERITY_FL;
+            }
+        }
+        Ok(flags)
+    }
+
+    /// `FS_IOC_SETFLAGS` (`chattr`): passed to the backing file; the verity
+    /// flag cannot be set or cleared this way.
+    pub(crate) fn set_flags(&self, fh: FileHandle, input: &[u8]) -> Result<(), Errno> {
+        let flags = input.get(..4).ok_or(Errno::EINVAL)?;
+        let flags = u32::from_le_bytes(flags.try_into().expect("4 bytes")) & !FS_VERITY_FL;
+        let handle = self.handles.get(fh)?;
+        let file = self.open_backing(handle.inode(), OFlags::RDONLY | OFlags::NONBLOCK)?;
+        rustix::fs::ioctl_setflags(&file, IFlags::from_bits_retain(flags)).map_err(errno)
+    }
+
+    fn backing_flags(&self, inode: &Inode) -> Result<IFlags, Errno> {
+        let file = self.open_backing(inode, OFlags::RDONLY | OFlags::NONBLOCK)?;
+        match rustix::fs::ioctl_getflags(&file) {
+            Ok(flags) => Ok(flags),
+            // Filesystems without inode flags (tmpfs before 6.0...) have none set.
+            Err(rustix::io::Errno::NOTTY | rustix::io::Errno::NOTSUP) => Ok(IFlags::empty()),
+            Err(e) => Err(errno(e)),
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Extended attributes, passed through except for the layout's private
+//! ones, which are invisible and untouchable through the mount.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+use fuser::{Errno, FileType};
+use rustix::fs::XattrFlags;
+use verityfs::layout::XATTR_PREFIX;
+
+use crate::fs::VerityFs;
+use crate::inodes::{errno, Inode};
+
+fn is_private(name: &OsStr) -> bool {
+    name.as_bytes().starts_with(XATTR_PREFIX.as_bytes())
+}
+
+/// Only regular files and directories: `/proc/self/fd` paths of other
+/// objects would reach the wrong thing.
+fn check_kind(inode: &Inode) -> Result<(), Errno> {
+    match inode.kind {
+        FileType::RegularFile | FileType::Directory => Ok(()),
+        _ => Err(Errno::from_i32(libc::EOPNOTSUPP)),
+    }
+}
+
+impl VerityFs {
+    /// `getxattr`: the value (or its size when `size` is 0).
+    pub(crate) fn get_xattr(
+        &self,
+        inode: &Inode,
+        name: &OsStr,
+        size: u32,
+    ) -> Result<Vec<u8>, Errno> {
+        check_kind(inode)?;
+        if is_private(name) {
+            return Err(Errno::from_i32(libc::ENODATA));
+        }
+        let path = inode.proc_path();
+        let len = rustix::fs::getxattr_query(&path, name).map_err(errno)?;
+        if size == 0 {
+            return Ok(vec![0; len]);
+        }
+        let mut buf = vec![0u8; size as usize];
+        let n = rustix::fs::getxattr(&path, name, &mut buf[..]).map_err(errno)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// `listxattr`: the names, NUL-terminated, without private ones.
+    pub(crate) fn list_xattr(&self, inode: &Inode) -> Result<Vec<u8>, Errno> {
+        check_kind(inode)?;
+        let path = inode.proc_path();
+        let len = rustix::fs::listxattr_query(&path).map_err(errno)?;
+        let mut buf = vec![0u8; len];
+        let n = rustix::fs::listxattr(&path, &mut buf[..]).map_err(errno)?;
+        let mut names = Vec::with_capacity(n);
+        for name in buf[..n].split(|&b| b == 0).filter(|s| !s.is_empty()) {
+            if !is_private(OsStr::from_bytes(name)) {
+                names.extend_from_slice(name);
+                names.push(0);
+            }
+        }
+        Ok(names)
+    }
+
+    /// `setxattr`.
+    pub(crate) fn set_xattr(
+        &self,
+        inode: &Inode,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+    ) -> Result<(), Errno> {
+        check_kind(inode)?;
+        if is_private(name) {
+            return Err(Errno::EPERM);
+        }
+        let flags = XattrFlags::from_bits_retain(flags as u32);
+        rustix::fs::setxattr(inode.proc_path(), name, value, flags).map_err(errno)
+    }
+
+    /// `removexattr`.
+    pub(crate) fn remove_xattr(&self, inode: &Inode, name: &OsStr) -> Result<(), Errno> {
+        check_kind(inode)?;
+        if is_private(name) {
+            return Err(Errno::from_i32(libc::ENODATA));
+        }
+        rustix::fs::removexattr(inode.proc_path(), name).map_err(errno)
+    }
+}
