@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. On a fresh Debian machine, run as root, it first
-# installs what the tests need (the real fsverity-utils binary is the
-# differential oracle; OpenSSL's headers build the openssl crate).
+# installs what the tests need: the real fsverity-utils binary (the
+# differential oracle), fuse3, e2fsprogs (lsattr/chattr), util-linux
+# (setpriv, umount), the openssl tool (test keys and certificates) and
+# OpenSSL's headers (the openssl crate). The FUSE tests need root and
+# /dev/fuse.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(fsverity libssl-dev pkg-config)
+packages=(fsverity fuse3 e2fsprogs util-linux openssl libssl-dev pkg-config bc)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -19,5 +22,5 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
 
-cargo test --workspace --all-targets "$@"
+cargo test --workspace --all-targets --no-fail-fast "$@"
 cargo test --workspace --doc

@@ -4,6 +4,7 @@
 use std::ffi::OsString;
 use std::io::Write;
 
+use crate::getopt::{Getopt, LongOpt};
 use crate::output::{error_msg, quote};
 
 /// One subcommand.
@@ -36,12 +37,61 @@ const COMMANDS: &[Command] = &[
 ",
     },
     Command {
+        name: "dump_metadata",
+        func: crate::cmd_dump_metadata::run,
+        short_desc: "Dump the fs-verity metadata of the given file",
+        usage: "    verityfs dump_metadata TYPE FILE [--offset=OFFSET] [--length=LENGTH]
+",
+    },
+    Command {
+        name: "enable",
+        func: crate::cmd_enable::run,
+        short_desc: "Enable fs-verity on a file",
+        usage: "    verityfs enable FILE
+               [--hash-alg=HASH_ALG] [--block-size=BLOCK_SIZE] [--salt=SALT]
+               [--signature=SIGFILE]
+",
+    },
+    Command {
+        name: "measure",
+        func: crate::cmd_measure::run,
+        short_desc: "Display the fs-verity digest of the given verity file(s)",
+        usage: "    verityfs measure FILE...
+",
+    },
+    Command {
+        name: "sign",
+        func: crate::cmd_sign::run,
+        short_desc: "Sign a file for fs-verity built-in signature verification",
+        usage: "    verityfs sign FILE OUT_SIGFILE
+               [--key=KEYFILE] [--cert=CERTFILE] [--pkcs11-engine=SOFILE]
+               [--pkcs11-module=SOFILE] [--pkcs11-keyid=KEYID]
+               [--hash-alg=HASH_ALG] [--block-size=BLOCK_SIZE] [--salt=SALT]
+               [--out-merkle-tree=FILE] [--out-descriptor=FILE]
+",
+    },
+    Command {
         name: "mount",
         func: crate::cmd_mount::run,
         short_desc: "Serve a directory with fs-verity semantics through FUSE (foreground)",
         usage: "    verityfs mount BACKING MOUNTPOINT
                [-o allow_other,ro,...] [--read-only] [--no-merkle-readahead]
                [--cache-size=BYTES] [--threads=N]
+",
+    },
+    Command {
+        name: "verify",
+        func: crate::cmd_verify::run,
+        short_desc: "Check every block of the verity files at the given path(s)",
+        usage: "    verityfs verify PATH...
+",
+    },
+    Command {
+        name: "bench",
+        func: crate::cmd_bench::run,
+        short_desc: "Measure cold verified reads against plain reads and hashing tools (as root)",
+        usage: "    verityfs bench [--dir=DIR] [--size=BYTES] [--runs=N]
+               [--json=FILE] [--chart=FILE] [--huge=BYTES]
 ",
     },
 ];
@@ -57,6 +107,46 @@ impl Command {
     pub fn usage_error(&self) -> u8 {
         self.usage(&mut std::io::stderr());
         EXIT_USAGE
+    }
+
+    /// Parses `args` with `longopts` as fsverity's `getopt_long()` loops
+    /// do: each option, in command-line order, goes to `take`, which checks
+    /// its value (printing fsverity's message) and returns the exit status
+    /// to stop with; a getopt error prints glibc's message. Returns the
+    /// operands, or the exit status to return, the usage printed first for
+    /// [`EXIT_USAGE`].
+    pub fn parse_options(
+        &self,
+        args: &[OsString],
+        longopts: &[LongOpt],
+        mut take: impl FnMut(u32, OsString) -> Result<(), u8>,
+    ) -> Result<Vec<OsString>, u8> {
+        let mut getopt = Getopt::new(self.name, args, longopts);
+        for opt in getopt.by_ref() {
+            let result = match opt {
+                Ok((id, value)) => take(id, value.unwrap_or_default()),
+                Err(e) => {
+                    let _ = std::io::stderr().write_all(&[e.message(), b"\n"].concat());
+                    Err(EXIT_USAGE)
+                }
+            };
+            match result {
+                Err(EXIT_USAGE) => return Err(self.usage_error()),
+                Err(status) => return Err(status),
+                Ok(()) => {}
+            }
+        }
+        Ok(getopt.into_operands())
+    }
+}
+
+/// `Ok` if `ok`, else a usage error: for option checks that print their own
+/// message.
+pub fn usage_unless(ok: bool) -> Result<(), u8> {
+    if ok {
+        Ok(())
+    } else {
+        Err(EXIT_USAGE)
     }
 }
 

@@ -1,10 +1,19 @@
 //! `verityfs`: fs-verity for any file system, with the command line of
 //! fsverity-utils' `fsverity`.
 
+mod bench;
+mod cmd_bench;
 mod cmd_digest;
+mod cmd_dump_metadata;
+mod cmd_enable;
+mod cmd_measure;
 mod cmd_mount;
+mod cmd_sign;
+mod cmd_verify;
 mod commands;
+mod file_digest;
 mod getopt;
+mod ioctl;
 mod output;
 mod progress;
 mod tree_params;

@@ -4,6 +4,7 @@
 //! arguments, which are printed exactly as given even when not UTF-8.
 
 use std::ffi::OsStr;
+use std::fs::File;
 use std::io::{self, Write};
 
 /// Prints `ERROR: <msg>` to stderr.
@@ -21,6 +22,14 @@ pub fn error_msg_errno(msg: impl AsRef<[u8]>, err: &io::Error) {
 /// argument.
 pub fn quote(before: &str, name: &OsStr, after: &str) -> Vec<u8> {
     [before.as_bytes(), name.as_encoded_bytes(), after.as_bytes()].concat()
+}
+
+/// Opens `name` for reading as fsverity's `open_file()` does, printing
+/// `can't open '<name>' for reading: <strerror>` if it cannot.
+pub fn open_for_reading(name: &OsStr) -> Option<File> {
+    File::open(name)
+        .map_err(|e| error_msg_errno(quote("can't open '", name, "' for reading"), &e))
+        .ok()
 }
 
 /// The C library's text for an I/O error, without Rust's " (os error N)".

@@ -8,6 +8,7 @@ use std::ffi::OsStr;
 use verityfs::{Error, HashAlgorithm, MerkleTreeParams, Salt};
 
 use crate::commands::show_all_hash_algs;
+use crate::getopt::LongOpt;
 use crate::output::{error_msg, quote};
 
 /// Option ids of the tree options, for the getopt tables.
@@ -16,6 +17,13 @@ pub const OPT_HASH_ALG: u32 = 100;
 pub const OPT_BLOCK_SIZE: u32 = 101;
 /// `--salt`.
 pub const OPT_SALT: u32 = 102;
+
+/// The tree options, in fsverity's table order.
+pub const LONGOPTS: [LongOpt; 3] = [
+    LongOpt::required("hash-alg", OPT_HASH_ALG),
+    LongOpt::required("block-size", OPT_BLOCK_SIZE),
+    LongOpt::required("salt", OPT_SALT),
+];
 
 /// The tree options as given on the command line; unchecked against each
 /// other until [`TreeArgs::params`].
@@ -120,10 +128,27 @@ pub fn hex_decode(hex: &[u8]) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// C's `strtoull(s, &end, 10)` checked as fsverity does for numbers that
+/// may be anything (`errno == 0 && *end == '\0'`): leading white space and
+/// a sign are accepted, a minus sign negates modulo 2^64, the empty string
+/// is 0; overflow and trailing characters are `None`.
+pub fn parse_u64(s: &str) -> Option<u64> {
+    match strtoul_checked(s) {
+        (Some(value), true) => Some(value),
+        _ => None,
+    }
+}
+
 /// C's `strtoul(s, &end, 10)` on LP64: the value, and whether the whole
-/// string was consumed (`*end == '\0'`). Leading white space and a sign are
-/// accepted, a minus sign negates modulo 2^64, overflow gives `u64::MAX`.
+/// string was consumed (`*end == '\0'`). Overflow gives `u64::MAX`, as C
+/// does (with `errno` set to `ERANGE`).
 fn strtoul(s: &str) -> (u64, bool) {
+    let (value, all) = strtoul_checked(s);
+    (value.unwrap_or(u64::MAX), all)
+}
+
+/// [`strtoul`] with overflow as `None`.
+fn strtoul_checked(s: &str) -> (Option<u64>, bool) {
     let t = s.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
     let (negative, t) = match t.as_bytes().first() {
         Some(b'-') => (true, &t[1..]),
@@ -132,14 +157,14 @@ fn strtoul(s: &str) -> (u64, bool) {
     };
     let digits = t.bytes().take_while(u8::is_ascii_digit).count();
     if digits == 0 {
-        return (0, s.is_empty());
+        return (Some(0), s.is_empty());
     }
     let value = t[..digits]
         .bytes()
         .try_fold(0u64, |n, d| {
             n.checked_mul(10)?.checked_add((d - b'0').into())
         })
-        .map_or(u64::MAX, |n| if negative { n.wrapping_neg() } else { n });
+        .map(|n| if negative { n.wrapping_neg() } else { n });
     (value, digits == t.len())
 }
 
@@ -156,6 +181,19 @@ mod tests {
         assert_eq!(strtoul("x"), (0, false));
         assert_eq!(strtoul(""), (0, true));
         assert_eq!(strtoul("99999999999999999999999"), (u64::MAX, true));
+    }
+
+    #[test]
+    fn parse_u64_matches_fsverity_checks() {
+        assert_eq!(parse_u64("18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64("-1"), Some(u64::MAX));
+        assert_eq!(parse_u64(" +7"), Some(7));
+        assert_eq!(parse_u64(""), Some(0));
+        assert_eq!(parse_u64("18446744073709551616"), None);
+        assert_eq!(parse_u64("-18446744073709551616"), None);
+        for bad in ["0x10", "1e3", " ", "-", "5 "] {
+            assert_eq!(parse_u64(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

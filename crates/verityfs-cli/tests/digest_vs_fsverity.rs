@@ -7,8 +7,8 @@
 //! the exit status, stdout, stderr and every file the run left behind
 //! (`--out-merkle-tree`, `--out-descriptor`, ...) byte for byte. The only
 //! normalisations are the intended differences: usage lines say `verityfs`
-//! instead of `fsverity`, and fsverity's full usage loses the blocks of the
-//! commands verityfs does not implement yet ([`IMPLEMENTED`]). `--version` is
+//! instead of `fsverity`, and both full usages lose the blocks of the
+//! commands only one of them has ([`IMPLEMENTED`]). `--version` is
 //! checked separately (`version_is_ours`).
 //!
 //! Random inputs come from a SplitMix64 generator with fixed seeds, so a
@@ -32,8 +32,8 @@ const ORACLE_VERSION: &str = "fsverity v1.5\n";
 const OURS: &str = env!("CARGO_BIN_EXE_verityfs");
 /// What `verityfs --version` prints.
 const OUR_VERSION: &str = "verityfs v0.1.0\n";
-/// Commands verityfs implements; fsverity's full usage is cut to these.
-const IMPLEMENTED: &[&str] = &["digest"];
+/// Commands both programs have; each one's full usage is cut to these.
+const IMPLEMENTED: &[&str] = &["digest", "enable", "measure", "sign"];
 /// Largest input the parameter matrix generates (bigger boundary sizes are
 /// left to `large_file_streams_in_chunks`).
 const MATRIX_SIZE_CAP: u64 = 32 << 20;
@@ -248,8 +248,8 @@ impl Invocation<'_> {
         theirs.stdout = normalise_oracle(&theirs.stdout);
         theirs.stderr = normalise_oracle(&theirs.stderr);
         let mut ours = self.run_one(OURS, "verityfs");
-        ours.stdout = normalise_ours(&ours.stdout);
-        ours.stderr = normalise_ours(&ours.stderr);
+        ours.stdout = normalise_oracle(&normalise_ours(&ours.stdout));
+        ours.stderr = normalise_oracle(&normalise_ours(&ours.stderr));
         (theirs, ours)
     }
 
@@ -335,9 +335,10 @@ fn normalise_ours(text: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Drops from fsverity's full usage the blocks of commands we do not
-/// implement: `  <description>:` followed by `    fsverity <cmd> ...` lines,
-/// up to and including the blank line that ends the block.
+/// Drops from a full usage (ours after [`normalise_ours`]) the blocks of
+/// commands not in [`IMPLEMENTED`]: `  <description>:` followed by
+/// `    fsverity <cmd> ...` lines, up to and including the blank line that
+/// ends the block.
 fn normalise_oracle(text: &[u8]) -> Vec<u8> {
     let lines: Vec<&[u8]> = text.split_inclusive(|&b| b == b'\n').collect();
     let mut out = Vec::with_capacity(text.len());

@@ -4,7 +4,7 @@ use std::ffi::OsStr;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use fuser::{Errno, FileAttr, FileHandle, FopenFlags, OpenAccMode, OpenFlags};
+use fuser::{Errno, FileAttr, FileHandle, FopenFlags, OpenFlags};
 use rustix::fs::{Mode, OFlags};
 
 use crate::caller::Caller;
@@ -16,8 +16,18 @@ use crate::inodes::{errno, Inode};
 /// reopening cannot honour.
 const CREATE_ONLY: i32 = libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW;
 
+/// Whether an open with `flags` reads: `O_RDONLY` or `O_RDWR`, not the
+/// nonstandard access mode 3 ("ioctls only", which fuser's `acc_mode()`
+/// reports as `O_RDONLY`): `FS_IOC_ENABLE_VERITY` gives `EBADF` for it.
+fn wants_read(flags: OpenFlags) -> bool {
+    matches!(flags.0 & libc::O_ACCMODE, libc::O_RDONLY | libc::O_RDWR)
+}
+
+/// Whether an open with `flags` writes (the kernel's `FMODE_WRITE`, which
+/// access mode 3 does not give), or truncates.
 fn wants_write(flags: OpenFlags) -> bool {
-    flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0
+    matches!(flags.0 & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR)
+        || flags.0 & libc::O_TRUNC != 0
 }
 
 impl VerityFs {
@@ -51,7 +61,7 @@ impl VerityFs {
         if write {
             verity.writers += 1;
         }
-        let read = flags.acc_mode() != OpenAccMode::O_WRONLY;
+        let read = wants_read(flags);
         let handle = Handle::Plain {
             file,
             read,
@@ -83,7 +93,7 @@ impl VerityFs {
         if write {
             inode.verity().writers += 1;
         }
-        let read = OpenFlags(flags).acc_mode() != OpenAccMode::O_WRONLY;
+        let read = wants_read(OpenFlags(flags));
         let handle = Handle::Plain {
             file: fd.into(),
             read,

@@ -20,8 +20,8 @@ use crate::caller::Caller;
 use crate::fs::VerityFs;
 use crate::handles::Handle;
 use crate::ioctl::{
-    FS_IOC32_GETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_ENABLE_VERITY, FS_IOC_GETFLAGS,
-    FS_IOC_MEASURE_VERITY, FS_IOC_SETFLAGS,
+    FS_IOC32_GETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_ENABLE_VERITY, FS_IOC_FSGETXATTR,
+    FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS, FS_IOC_MEASURE_VERITY, FS_IOC_SETFLAGS,
 };
 
 /// The largest read or write request we ask the kernel for.
@@ -113,6 +113,8 @@ impl VerityFs {
             FS_IOC_MEASURE_VERITY => self.measure(fh, input),
             FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => Ok(self.get_flags(fh)?.to_le_bytes().to_vec()),
             FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => self.set_flags(fh, input).map(|()| Vec::new()),
+            FS_IOC_FSGETXATTR => self.get_fsxattr(fh),
+            FS_IOC_FSSETXATTR => self.set_fsxattr(fh, input).map(|()| Vec::new()),
             // FS_IOC_READ_VERITY_METADATA included: the kernel gives us no
             // way to write the caller's buffer.
             _ => Err(Errno::ENOTTY),

@@ -120,17 +120,20 @@ impl VerityFs {
         Ok(to_file_attr(inode.ino, st, size))
     }
 
-    /// The verity state of a regular file, undoing an enable that was
-    /// killed (one not running in this daemon).
+    /// The verity state of a regular file as found, undoing an enable that
+    /// was killed (one not running in this daemon) on the way. The state
+    /// returned for an undone enable is still `Enabling`: its logical size
+    /// is the size the file has once undone, whatever the caller's earlier
+    /// `stat` said.
     pub(crate) fn state(&self, inode: &Inode, verity: &VerityState) -> Result<FileState, Errno> {
         let state = FileState::read_path(&inode.proc_path()).map_err(lib_errno)?;
-        match state {
-            FileState::Enabling(_) if !verity.enabling && !self.options.read_only => {
+        if let FileState::Enabling(_) = state {
+            if !verity.enabling && !self.options.read_only {
                 let file = self.open_backing(inode, OFlags::RDWR)?;
-                verityfs::state::recover(&file).map_err(lib_errno)
+                verityfs::state::recover(&file).map_err(lib_errno)?;
             }
-            other => Ok(other),
         }
+        Ok(state)
     }
 
     /// The open verity file of `inode` if it is one (opened once, shared).

@@ -18,8 +18,29 @@ pub const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
 pub const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
 /// `FS_IOC32_SETFLAGS`.
 pub const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
+/// `FS_IOC_FSGETXATTR`: `_IOR('X', 31, struct fsxattr)`. The kernel sends
+/// it before every `FS_IOC_SETFLAGS` (`vfs_fileattr_set()` reads the old
+/// attributes this way), so `chattr` needs it answered.
+pub const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
+/// `FS_IOC_FSSETXATTR`: `_IOW('X', 32, struct fsxattr)`.
+pub const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
 /// The inode flag of verity files, reported by `FS_IOC_GETFLAGS`.
 pub const FS_VERITY_FL: u32 = 0x0010_0000;
+
+/// Size of `struct fsxattr`.
+const FSXATTR_SIZE: usize = 28;
+
+/// Inode flags (`FS_*_FL`) and the `FS_XFLAG_*` flags `struct fsxattr`
+/// shows them as (the kernel's `fileattr_fill_flags()`).
+const XFLAGS: [(u32, u32); 7] = [
+    (0x0000_0008, 0x0000_0020), // SYNC
+    (0x0000_0010, 0x0000_0008), // IMMUTABLE
+    (0x0000_0020, 0x0000_0010), // APPEND
+    (0x0000_0040, 0x0000_0080), // NODUMP
+    (0x0000_0080, 0x0000_0040), // NOATIME
+    (0x0200_0000, 0x0000_8000), // DAX
+    (0x2000_0000, 0x0000_0200), // PROJINHERIT
+];
 
 /// Size of `struct fsverity_enable_arg`.
 const ENABLE_ARG_SIZE: usize = 128;
@@ -104,6 +125,39 @@ pub fn measure_reply(input: &[u8], alg: HashAlgorithm, digest: &Digest) -> Resul
     Ok(out)
 }
 
+/// The `struct fsxattr` of a file with inode flags `flags`. The other
+/// fields (extent size hints, project id) are not passed through: zero.
+pub fn fsxattr_from_flags(flags: u32) -> Vec<u8> {
+    let xflags = XFLAGS
+        .iter()
+        .filter(|&&(fl, _)| flags & fl != 0)
+        .fold(0u32, |x, &(_, xfl)| x | xfl);
+    let mut out = vec![0u8; FSXATTR_SIZE];
+    out[..4].copy_from_slice(&xflags.to_le_bytes());
+    out
+}
+
+/// The inode flags a `struct fsxattr` asks for, given the file's `current`
+/// flags (those without an `FS_XFLAG_*` equivalent are kept). `EOPNOTSUPP`
+/// for what cannot be passed through: other `FS_XFLAG_*` flags, extent
+/// size hints, project ids.
+pub fn flags_from_fsxattr(input: &[u8], current: u32) -> Result<u32, Errno> {
+    let arg = input.get(..FSXATTR_SIZE).ok_or(Errno::EINVAL)?;
+    let xflags = le32(arg, 0);
+    let known = XFLAGS.iter().fold(0u32, |x, &(_, xfl)| x | xfl);
+    // fsx_extsize, fsx_projid, fsx_cowextsize (fsx_nextents is output only).
+    if xflags & !known != 0 || [4, 12, 16].iter().any(|&at| le32(arg, at) != 0) {
+        return Err(Errno::from_i32(libc::EOPNOTSUPP));
+    }
+    Ok(XFLAGS.iter().fold(current, |flags, &(fl, xfl)| {
+        if xflags & xfl != 0 {
+            flags | fl
+        } else {
+            flags & !fl
+        }
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +201,29 @@ mod tests {
             ..parsed
         };
         assert_eq!(bad_alg.params().unwrap_err(), Errno::EINVAL);
+    }
+
+    #[test]
+    fn fsxattr_maps_the_common_flags() {
+        // APPEND | IMMUTABLE | EXTENTS (no xflag) -> FS_XFLAG_APPEND | IMMUTABLE.
+        let x = fsxattr_from_flags(0x20 | 0x10 | 0x8_0000);
+        assert_eq!(x.len(), FSXATTR_SIZE);
+        assert_eq!(le32(&x, 0), 0x10 | 0x08);
+        // Round trip, keeping EXTENTS; clearing IMMUTABLE.
+        assert_eq!(flags_from_fsxattr(&x, 0x8_0000), Ok(0x20 | 0x10 | 0x8_0000));
+        let mut y = x.clone();
+        y[0] = 0x10;
+        assert_eq!(
+            flags_from_fsxattr(&y, 0x20 | 0x10 | 0x8_0000),
+            Ok(0x20 | 0x8_0000)
+        );
+        let mut projid = x.clone();
+        projid[12] = 1;
+        assert_eq!(
+            flags_from_fsxattr(&projid, 0),
+            Err(Errno::from_i32(libc::EOPNOTSUPP))
+        );
+        assert_eq!(flags_from_fsxattr(&x[..20], 0), Err(Errno::EINVAL));
     }
 
     #[test]

@@ -17,7 +17,9 @@ mod filesystem;
 mod fs;
 mod handles;
 mod inodes;
-mod ioctl;
+/// Public so that the fuzz targets in `fuzz/` can reach the ioctl payload
+/// decoders; not a stable API.
+pub mod ioctl;
 mod mount;
 mod verity_ops;
 mod xattr_ops;

@@ -18,7 +18,9 @@ const READ_AHEAD_KB: u32 = 1024;
 /// writable by root only; others keep the default). It must not stat the
 /// mountpoint: that would be a FUSE request nobody serves yet.
 fn tune_readahead(mountpoint: &Path) {
-    let Some(device) = mount_device(mountpoint) else { return };
+    let Some(device) = mount_device(mountpoint) else {
+        return;
+    };
     let path = format!("/sys/class/bdi/{device}/read_ahead_kb");
     if let Err(e) = std::fs::write(&path, READ_AHEAD_KB.to_string()) {
         tracing::debug!("cannot set {path}: {e}");
@@ -28,7 +30,9 @@ fn tune_readahead(mountpoint: &Path) {
 /// The `MAJ:MIN` of the filesystem mounted last on `mountpoint`, from
 /// `/proc/self/mountinfo`.
 fn mount_device(mountpoint: &Path) -> Option<String> {
-    let wanted = std::fs::canonicalize(mountpoint.parent()?).ok()?.join(mountpoint.file_name()?);
+    let wanted = std::fs::canonicalize(mountpoint.parent()?)
+        .ok()?
+        .join(mountpoint.file_name()?);
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     info.lines()
         .filter_map(|line| {
@@ -36,7 +40,7 @@ fn mount_device(mountpoint: &Path) -> Option<String> {
             let point = fields.get(4)?.replace("\\040", " ");
             (Path::new(&point) == wanted).then(|| fields.get(2).map(|d| d.to_string()))?
         })
-        .last()
+        .next_back()
 }
 
 fn fuse_config(backing: &Path, options: &MountOptions) -> Config {

@@ -13,35 +13,51 @@ use crate::caller::Caller;
 use crate::fs::{lib_errno, VerityFs};
 use crate::handles::Handle;
 use crate::inodes::{errno, Inode};
-use crate::ioctl::{measure_reply, EnableArg, FS_VERITY_FL};
+use crate::ioctl::{
+    flags_from_fsxattr, fsxattr_from_flags, measure_reply, EnableArg, FS_VERITY_FL,
+};
 
 /// How often a long enable looks whether its caller was killed.
 const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(20);
 
 impl VerityFs {
-    /// `FS_IOC_ENABLE_VERITY`, checked in the kernel's order.
+    /// `FS_IOC_ENABLE_VERITY`, checked in the kernel's order: the argument;
+    /// `file_permission(MAY_WRITE)` (`inode_permission()`: read-only
+    /// filesystem `EROFS`, immutable `EPERM`, then the mode bits `EACCES`);
+    /// an fd that cannot read `EBADF`; append-only `EPERM`; the file type
+    /// `EISDIR`/`EINVAL`; then the inode-locked checks of `begin_enable`.
     pub(crate) fn enable(&self, caller: Caller, fh: FileHandle, input: &[u8]) -> Result<(), Errno> {
         let arg = EnableArg::parse(input)?;
         let handle = self.handles.get(fh)?;
         let inode = handle.inode().clone();
+        // sb_permission() refuses regular files, directories and symlinks;
+        // anything else gets EINVAL below, before mnt_want_write_file()
+        // could say EROFS.
+        let writable_kind = matches!(
+            inode.kind,
+            FileType::RegularFile | FileType::Directory | FileType::Symlink
+        );
+        if self.options.read_only && writable_kind {
+            return Err(Errno::from_i32(libc::EROFS));
+        }
+        let flags = self.backing_flags(&inode)?;
+        if flags.contains(IFlags::IMMUTABLE) {
+            return Err(Errno::EPERM);
+        }
         let st = inode.stat()?;
         if !caller.may_write(st.st_mode, st.st_uid, st.st_gid) {
             return Err(Errno::EACCES);
         }
+        if let Handle::Plain { read: false, .. } = &*handle {
+            return Err(Errno::EBADF);
+        }
+        if flags.contains(IFlags::APPEND) {
+            return Err(Errno::EPERM);
+        }
         match &*handle {
-            Handle::Plain { read: false, .. } => return Err(Errno::EBADF),
             Handle::Dir { .. } => return Err(Errno::EISDIR),
             _ if inode.kind != FileType::RegularFile => return Err(Errno::EINVAL),
             _ => {}
-        }
-        if self
-            .backing_flags(&inode)?
-            .intersects(IFlags::APPEND | IFlags::IMMUTABLE)
-        {
-            return Err(Errno::EPERM);
-        }
-        if self.options.read_only {
-            return Err(Errno::from_i32(libc::EROFS));
         }
         self.begin_enable(&inode, &arg)?;
         let result = self.run_enable(caller, &inode, arg);
@@ -134,10 +150,32 @@ impl VerityFs {
     /// flag cannot be set or cleared this way.
     pub(crate) fn set_flags(&self, fh: FileHandle, input: &[u8]) -> Result<(), Errno> {
         let flags = input.get(..4).ok_or(Errno::EINVAL)?;
-        let flags = u32::from_le_bytes(flags.try_into().expect("4 bytes")) & !FS_VERITY_FL;
+        let flags = u32::from_le_bytes(flags.try_into().expect("4 bytes"));
+        self.set_backing_flags(self.handles.get(fh)?.inode(), flags)
+    }
+
+    /// `FS_IOC_FSGETXATTR`: the backing file's flags as a `struct fsxattr`
+    /// (the kernel asks for it before each `FS_IOC_SETFLAGS`).
+    pub(crate) fn get_fsxattr(&self, fh: FileHandle) -> Result<Vec<u8>, Errno> {
         let handle = self.handles.get(fh)?;
-        let file = self.open_backing(handle.inode(), OFlags::RDONLY | OFlags::NONBLOCK)?;
-        rustix::fs::ioctl_setflags(&file, IFlags::from_bits_retain(flags)).map_err(errno)
+        Ok(fsxattr_from_flags(
+            self.backing_flags(handle.inode())?.bits(),
+        ))
+    }
+
+    /// `FS_IOC_FSSETXATTR`: the flags of a `struct fsxattr`, passed to the
+    /// backing file as inode flags.
+    pub(crate) fn set_fsxattr(&self, fh: FileHandle, input: &[u8]) -> Result<(), Errno> {
+        let handle = self.handles.get(fh)?;
+        let inode = handle.inode();
+        let flags = flags_from_fsxattr(input, self.backing_flags(inode)?.bits())?;
+        self.set_backing_flags(inode, flags)
+    }
+
+    fn set_backing_flags(&self, inode: &Inode, flags: u32) -> Result<(), Errno> {
+        let file = self.open_backing(inode, OFlags::RDONLY | OFlags::NONBLOCK)?;
+        let flags = IFlags::from_bits_retain(flags & !FS_VERITY_FL);
+        rustix::fs::ioctl_setflags(&file, flags).map_err(errno)
     }
 
     fn backing_flags(&self, inode: &Inode) -> Result<IFlags, Errno> {

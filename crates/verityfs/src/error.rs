@@ -89,6 +89,9 @@ pub enum Error {
     /// The backing file ends before the metadata its location record names.
     #[error("verity metadata is truncated")]
     MetadataTruncated,
+    /// A built-in signature that the kernel's rules refuse.
+    #[error("{0}")]
+    Signature(#[from] SignatureError),
     /// An I/O error from the data source or the tree sink.
     #[error("{0}")]
     Io(#[from] io::Error),
@@ -116,7 +119,41 @@ impl Error {
             Error::AlreadyVerity => libc::EEXIST,
             Error::NotVerity | Error::NoSignature => libc::ENODATA,
             Error::Interrupted => libc::EINTR,
+            Error::Signature(e) => e.errno(),
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}
+
+/// Why a built-in signature (PKCS#7 over the formatted digest) is refused,
+/// following the kernel's `fsverity_verify_signature()`.
+///
+/// The texts are the kernel's log messages for each case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignatureError {
+    /// Not a well-formed PKCS#7 SignedData message (`EBADMSG`).
+    #[error("Malformed file signature")]
+    Malformed,
+    /// No trusted certificate matches the signer, or nothing is trusted at
+    /// all (`ENOKEY`).
+    #[error("File's signing cert isn't trusted")]
+    KeyNotTrusted,
+    /// The signer is trusted but the signature does not verify: it was made
+    /// over another file digest, with another key, or is corrupted
+    /// (`EKEYREJECTED`).
+    #[error("Incorrect file signature")]
+    Rejected,
+}
+
+impl SignatureError {
+    /// The errno the kernel returns from `FS_IOC_ENABLE_VERITY` (or `open()`)
+    /// for this refusal.
+    pub fn errno(&self) -> i32 {
+        match self {
+            SignatureError::Malformed => libc::EBADMSG,
+            SignatureError::KeyNotTrusted => libc::ENOKEY,
+            SignatureError::Rejected => libc::EKEYREJECTED,
         }
     }
 }

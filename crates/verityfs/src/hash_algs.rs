@@ -11,6 +11,7 @@ use std::fmt;
 use sha2::Digest as _;
 
 use crate::error::{Error, Result};
+use crate::sha256_mb::Sha256Prefix;
 
 /// The largest digest of any supported algorithm (SHA-512), in bytes.
 pub const MAX_DIGEST_SIZE: usize = 64;
@@ -213,6 +214,9 @@ fn finish_sha512(h: Sha512Engine) -> [u8; 64] {
 pub struct SaltedHasher {
     alg: HashAlgorithm,
     salted: HashState,
+    /// For SHA-256: the multi-buffer hasher that runs several blocks at
+    /// once (interleaved SHA-NI where the CPU has it).
+    multi: Option<Sha256Prefix>,
 }
 
 impl SaltedHasher {
@@ -226,7 +230,8 @@ impl SaltedHasher {
             padded[..salt.len()].copy_from_slice(salt);
             salted.update(&padded[..padded_len]);
         }
-        SaltedHasher { alg, salted }
+        let multi = (alg == HashAlgorithm::Sha256).then(|| Sha256Prefix::new(salt));
+        SaltedHasher { alg, salted, multi }
     }
 
     /// The algorithm this hasher uses.
@@ -243,10 +248,14 @@ impl SaltedHasher {
 
     /// Hashes each `block_size` piece of `blocks` (whose length must be a
     /// multiple of `block_size`) into consecutive digests in `out`.
+    /// SHA-256 blocks are hashed several at a time.
     pub fn hash_blocks(&self, blocks: &[u8], block_size: usize, out: &mut [u8]) {
         let d = self.alg.digest_size();
         debug_assert_eq!(blocks.len() % block_size, 0);
         debug_assert_eq!(out.len(), blocks.len() / block_size * d);
+        if let Some(multi) = self.multi.as_ref().filter(|_| block_size % 64 == 0) {
+            return multi.hash_blocks(blocks, block_size, out);
+        }
         for (block, out) in blocks.chunks_exact(block_size).zip(out.chunks_exact_mut(d)) {
             out.copy_from_slice(self.hash_block(block).as_bytes());
         }

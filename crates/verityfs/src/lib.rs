@@ -8,7 +8,9 @@
 //! directory: the on-disk layout ([`layout`], [`state`]), crash-safe
 //! enabling ([`enable`]), and the verified read path with its tree block
 //! cache and Merkle tree readahead ([`open`], [`cache`], [`stats`],
-//! [`read_metadata`]). It has no FUSE or command line code, so any program
+//! [`read_metadata`]), and built-in signatures made and checked as
+//! fsverity-utils and the kernel do (`signature`, with the default `openssl`
+//! feature). It has no FUSE or command line code, so any program
 //! can embed it.
 //!
 //! ```
@@ -27,6 +29,7 @@
 
 pub mod build;
 pub mod cache;
+pub mod check;
 pub mod descriptor;
 pub mod enable;
 pub mod error;
@@ -36,6 +39,9 @@ pub mod layout;
 pub mod open;
 pub mod params;
 pub mod read_metadata;
+pub mod sha256_mb;
+#[cfg(feature = "openssl")]
+pub mod signature;
 pub mod state;
 pub mod stats;
 mod verify;
@@ -43,7 +49,7 @@ mod verify;
 pub use build::{build_merkle_tree, DiscardTree, TreeBuilder, TreeSink};
 pub use descriptor::{formatted_digest, Descriptor};
 pub use enable::{enable_verity, EnableRequest};
-pub use error::{Corruption, Error, Result};
+pub use error::{Corruption, Error, Result, SignatureError};
 pub use geometry::TreeGeometry;
 pub use hash_algs::{Digest, HashAlgorithm, SaltedHasher};
 pub use open::{ReadOptions, Verifier, VerityFile};

@@ -50,10 +50,13 @@ impl VerityFile {
 
     fn read_tree_bytes(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
         let tree_size = self.location.tree_size;
-        let len = (len as u64).min(tree_size.saturating_sub(offset)) as usize;
+        if offset >= tree_size {
+            return Ok(Vec::new());
+        }
+        let len = (len as u64).min(tree_size - offset) as usize;
         let mut buf = vec![0u8; len];
-        self.tree
-            .read_exact_at(&mut buf, self.location.tree_pos + offset)?;
+        let pos = self.location.tree_pos + offset;
+        self.tree.read_exact_at(&mut buf, pos)?;
         Ok(buf)
     }
 }

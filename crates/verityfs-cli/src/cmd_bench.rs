@@ -1,0 +1,397 @@
+//! `verityfs bench`: reproduces the experiment of the 2019 kernel patch
+//! "fs-verity: implement readahead of Merkle tree pages" on our own mount,
+//! in one run, side by side with its anchors.
+//!
+//! Every cold measurement runs after `sync; echo 3 > /proc/sys/vm/drop_caches`
+//! (so it needs root), on a freshly started mount (so the daemon's tree
+//! block cache is cold too), and counts the read requests of the device
+//! holding `--dir`. Each run measures, in this order:
+//!
+//! 1. a `cat`-like read (128 KiB `read(2)`s), `sha256sum` and
+//!    `openssl dgst -sha256` of the plain file in the backing directory;
+//! 2. the plain file, then the verity file, read through a mount with Merkle
+//!    tree readahead, and the verity file through a mount without it;
+//! 3. the backing verity file read through `VerityFile::read_at` (no FUSE),
+//!    readahead on and off, with the library's tree I/O counters;
+//! 4. random 4 KiB reads of the verity and the plain file through the mount,
+//!    cold, then the same reads warm.
+//!
+//! Then, with `--huge`, a sparse verity file of that size is read through
+//! the mount for the daemon's peak memory. The medians go to stdout as a
+//! table, to `--json` and to a PNG chart at `--chart`.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use crate::bench::files::{TestFiles, HUGE_NAME, PLAIN_NAME, VERITY_NAME};
+use crate::bench::measure::{
+    self, cold, cold_after, open_random, peak_rss_kib, random_offsets, random_reads, read_library,
+    read_sequential, rss_kib, run_tool, Device, CAT_CHUNK, LIBRARY_CHUNK, RANDOM_READS,
+};
+use crate::bench::mount::Mount;
+use crate::bench::report::{HugeSample, RandomSample, Report, Run, Seq, SeqSample};
+use crate::bench::{note, Config, Context, Result};
+use crate::commands::{Command, EXIT_FAILURE, EXIT_OK};
+use crate::getopt::{Getopt, LongOpt};
+use crate::output::error_msg;
+
+const OPT_DIR: u32 = 1;
+const OPT_SIZE: u32 = 2;
+const OPT_RUNS: u32 = 3;
+const OPT_JSON: u32 = 4;
+const OPT_CHART: u32 = 5;
+const OPT_HUGE: u32 = 6;
+
+const LONGOPTS: &[LongOpt] = &[
+    LongOpt::required("dir", OPT_DIR),
+    LongOpt::required("size", OPT_SIZE),
+    LongOpt::required("runs", OPT_RUNS),
+    LongOpt::required("json", OPT_JSON),
+    LongOpt::required("chart", OPT_CHART),
+    LongOpt::required("huge", OPT_HUGE),
+];
+
+/// Default `--dir`.
+const DEFAULT_DIR: &str = "/var/tmp/verityfs-bench";
+/// Default `--size`: the 2019 patch's 250 MB file.
+const DEFAULT_SIZE: u64 = 250_000_000;
+/// Default `--runs`.
+const DEFAULT_RUNS: usize = 3;
+/// Smallest `--size`: one random read must fit.
+const MIN_SIZE: u64 = 64 << 10;
+
+/// The tools the anchors run.
+const TOOLS: &[(&str, &str)] = &[("sha256sum", "coreutils"), ("openssl", "openssl")];
+
+/// Options as given, before defaults that depend on `--dir`.
+#[derive(Default)]
+struct Args {
+    dir: Option<PathBuf>,
+    size: Option<u64>,
+    runs: Option<usize>,
+    json: Option<PathBuf>,
+    chart: Option<PathBuf>,
+    huge: Option<u64>,
+}
+
+/// Runs `verityfs bench`.
+pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
+    let mut parsed = Args::default();
+    let mut getopt = Getopt::new(cmd.name, args, LONGOPTS);
+    for opt in getopt.by_ref() {
+        let ok = match opt {
+            Ok((id, value)) => parsed.take(id, &value.unwrap_or_default()),
+            Err(e) => {
+                let _ = io::stderr().write_all(&[e.message(), b"\n"].concat());
+                false
+            }
+        };
+        if !ok {
+            return cmd.usage_error();
+        }
+    }
+    if !getopt.into_operands().is_empty() {
+        return cmd.usage_error();
+    }
+    let dir = parsed.dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
+    let config = Config {
+        json: parsed.json.unwrap_or_else(|| dir.join("bench.json")),
+        chart: parsed.chart.unwrap_or_else(|| dir.join("bench.png")),
+        size: parsed.size.unwrap_or(DEFAULT_SIZE),
+        runs: parsed.runs.unwrap_or(DEFAULT_RUNS),
+        huge: parsed.huge,
+        dir,
+    };
+    if !measure::is_root() {
+        error_msg(
+            "verityfs bench must run as root: it drops the page cache \
+             (echo 3 > /proc/sys/vm/drop_caches) before every cold read and mounts FUSE filesystems",
+        );
+        return EXIT_FAILURE;
+    }
+    match bench(&config) {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            error_msg(e);
+            EXIT_FAILURE
+        }
+    }
+}
+
+impl Args {
+    fn take(&mut self, id: u32, value: &OsStr) -> bool {
+        let text = value.to_string_lossy();
+        match id {
+            OPT_DIR => self.dir = Some(value.into()),
+            OPT_JSON => self.json = Some(value.into()),
+            OPT_CHART => self.chart = Some(value.into()),
+            OPT_SIZE => match parse_size(&text) {
+                Some(n) if n >= MIN_SIZE => self.size = Some(n),
+                _ => {
+                    error_msg(format!(
+                        "invalid --size: {text} (bytes, at least {MIN_SIZE}; K, M, G suffixes are powers of 1024)"
+                    ));
+                    return false;
+                }
+            },
+            OPT_HUGE => match parse_size(&text) {
+                Some(n) if n >= MIN_SIZE => self.huge = Some(n),
+                _ => {
+                    error_msg(format!("invalid --huge: {text} (bytes, e.g. 10G)"));
+                    return false;
+                }
+            },
+            OPT_RUNS => match text.parse::<usize>() {
+                Ok(n @ 1..=100) => self.runs = Some(n),
+                _ => {
+                    error_msg(format!("invalid --runs: {text} (1 to 100)"));
+                    return false;
+                }
+            },
+            _ => unreachable!("unknown option id {id}"),
+        }
+        true
+    }
+}
+
+/// A byte count with an optional K, M or G suffix (powers of 1024, as for
+/// `verityfs mount --cache-size`).
+fn parse_size(text: &str) -> Option<u64> {
+    let (digits, shift) = match text.as_bytes().last()? {
+        b'K' | b'k' => (&text[..text.len() - 1], 10),
+        b'M' | b'm' => (&text[..text.len() - 1], 20),
+        b'G' | b'g' => (&text[..text.len() - 1], 30),
+        _ => (text, 0),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+/// The whole benchmark.
+fn bench(config: &Config) -> Result<()> {
+    std::fs::create_dir_all(&config.dir).ctx(format!("can't create '{}'", config.dir.display()))?;
+    let device = Device::of(&config.dir)?;
+    for (tool, package) in TOOLS {
+        if !measure::have_tool(tool) {
+            return Err(format!("{tool} not found (install {package})"));
+        }
+    }
+    let load_start = measure::load_average();
+    note(format!(
+        "{} runs in {} (device {}), load average {:.2}",
+        config.runs,
+        config.dir.display(),
+        device.name,
+        load_start[0]
+    ));
+    let files = TestFiles::create(&config.dir, config.size, config.huge)?;
+    let _cleanup = Cleanup(&files);
+    let mountpoint = config.dir.join("mnt");
+    let offsets = random_offsets(config.size, RANDOM_READS);
+    let mut runs = Vec::with_capacity(config.runs);
+    for i in 0..config.runs {
+        note(format!("run {}/{}", i + 1, config.runs));
+        runs.push(one_run(&files, &mountpoint, &device, &offsets)?);
+    }
+    let huge = match config.huge {
+        Some(size) => Some(measure_huge(&files, &mountpoint, &device, size)?),
+        None => None,
+    };
+    let report = Report {
+        config: config.clone(),
+        device: device.name.clone(),
+        cpu: measure::cpu(),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
+        load: [load_start, measure::load_average()],
+        runs,
+        huge,
+    };
+    let summary = report.summary();
+    crate::output::print_stdout(report.table(&summary).as_bytes());
+    let json = serde_json::to_string_pretty(&report.json(&summary)).expect("JSON of plain values");
+    write_output(&config.json, format!("{json}\n").as_bytes())?;
+    report.chart(&summary, &config.chart)?;
+    note(format!(
+        "wrote {} and {}",
+        config.json.display(),
+        config.chart.display()
+    ));
+    Ok(())
+}
+
+/// Removes the test files when the benchmark ends, however it ends.
+struct Cleanup<'a>(&'a TestFiles);
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        self.0.remove();
+    }
+}
+
+fn write_output(path: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).ctx(format!("can't create '{}'", parent.display()))?;
+    }
+    std::fs::write(path, bytes).ctx(format!("can't write '{}'", path.display()))
+}
+
+/// Checks that a read returned the whole file.
+fn whole(path: &Path, got: u64, want: u64) -> Result<()> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(format!(
+            "read {got} bytes of '{}', expected {want}",
+            path.display()
+        ))
+    }
+}
+
+/// Every measurement once.
+fn one_run(files: &TestFiles, mountpoint: &Path, device: &Device, offsets: &[u64]) -> Result<Run> {
+    let size = files.size;
+    let plain = files.backing_path(PLAIN_NAME);
+    let verity = files.backing_path(VERITY_NAME);
+    let mut run = Run::default();
+    let sample = |c: measure::Cold| SeqSample {
+        seconds: c.elapsed.as_secs_f64(),
+        device_read_requests: c.read_requests,
+        device_read_bytes: c.read_bytes,
+        own_read_bytes: c.own_read_bytes,
+        ..SeqSample::default()
+    };
+
+    // The anchors, on the backing file.
+    let (n, c) = cold(device, None, || read_sequential(&plain, CAT_CHUNK))?;
+    whole(&plain, n, size)?;
+    run.seq.insert(Seq::PlainCat, sample(c));
+    for (case, tool, args) in [
+        (Seq::Sha256sum, "sha256sum", &[][..]),
+        (Seq::Openssl, "openssl", &["dgst", "-sha256"][..]),
+    ] {
+        let hash = |file: &Path| {
+            let mut all: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+            all.push(file.as_os_str());
+            run_tool(tool, &all)
+        };
+        let warm_up = || hash(Path::new("/dev/null"));
+        let ((), c) = cold_after(device, None, warm_up, || hash(&plain))?;
+        run.seq.insert(case, sample(c));
+    }
+
+    // Through the mount: a fresh daemon each time, so its tree cache is cold.
+    for (case, name, readahead) in [
+        (Seq::MountPlain, PLAIN_NAME, true),
+        (Seq::MountVerityOn, VERITY_NAME, true),
+        (Seq::MountVerityOff, VERITY_NAME, false),
+    ] {
+        let mount = Mount::start(&files.backing, mountpoint, readahead)?;
+        let path = mount.path(name);
+        let (n, c) = cold(device, mount.pid(), || read_sequential(&path, CAT_CHUNK))?;
+        whole(&path, n, size)?;
+        let rss = mount.pid().and_then(peak_rss_kib);
+        mount.stop()?;
+        run.seq.insert(
+            case,
+            SeqSample {
+                daemon_peak_rss_kib: rss,
+                ..sample(c)
+            },
+        );
+    }
+
+    // The library alone.
+    for (case, readahead) in [(Seq::LibraryOn, true), (Seq::LibraryOff, false)] {
+        let (read, c) = cold(device, None, || read_library(&verity, readahead))?;
+        whole(&verity, read.bytes, size)?;
+        run.seq.insert(
+            case,
+            SeqSample {
+                tree: Some(read.stats),
+                ..sample(c)
+            },
+        );
+    }
+
+    // Random 4 KiB reads through the mount, cold then warm.
+    let mount = Mount::start(&files.backing, mountpoint, true)?;
+    let mut random = [(0.0, 0.0, 0); 2];
+    for (slot, name) in random.iter_mut().zip([VERITY_NAME, PLAIN_NAME]) {
+        let file = open_random(&mount.path(name))?;
+        let (cold_latency, c) = cold(device, mount.pid(), || random_reads(&file, offsets))?;
+        let warm_latency = random_reads(&file, offsets)?;
+        *slot = (
+            cold_latency.as_secs_f64() * 1e6,
+            warm_latency.as_secs_f64() * 1e6,
+            c.read_requests,
+        );
+    }
+    mount.stop()?;
+    let [(verity_cold_us, verity_warm_us, verity_cold_requests), (plain_cold_us, plain_warm_us, plain_cold_requests)] =
+        random;
+    run.random = RandomSample {
+        verity_cold_us,
+        plain_cold_us,
+        verity_warm_us,
+        plain_warm_us,
+        verity_cold_requests,
+        plain_cold_requests,
+    };
+    Ok(run)
+}
+
+/// Reads the sparse verity file through a fresh mount and records the
+/// daemon's memory.
+fn measure_huge(
+    files: &TestFiles,
+    mountpoint: &Path,
+    device: &Device,
+    size: u64,
+) -> Result<HugeSample> {
+    note(format!(
+        "reading the {size}-byte sparse verity file through the mount"
+    ));
+    let mount = Mount::start(&files.backing, mountpoint, true)?;
+    let pid = mount.pid().ok_or("the mount's daemon is gone")?;
+    let path = mount.path(HUGE_NAME);
+    let rss_before_kib = rss_kib(pid).unwrap_or(0);
+    let (n, c) = cold(device, Some(pid), || read_sequential(&path, LIBRARY_CHUNK))?;
+    whole(&path, n, size)?;
+    let peak_rss_kib = peak_rss_kib(pid).ok_or("can't read the daemon's VmHWM")?;
+    mount.stop()?;
+    Ok(HugeSample {
+        size,
+        seconds: c.elapsed.as_secs_f64(),
+        rss_before_kib,
+        peak_rss_kib,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("250000000"), Some(250_000_000));
+        assert_eq!(parse_size("8M"), Some(8 << 20));
+        assert_eq!(parse_size("10G"), Some(10 << 30));
+        assert_eq!(parse_size("4k"), Some(4096));
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("M"), None);
+        assert_eq!(parse_size("x1"), None);
+    }
+
+    #[test]
+    fn options() {
+        let mut args = Args::default();
+        assert!(args.take(OPT_SIZE, OsStr::new("8M")));
+        assert!(args.take(OPT_RUNS, OsStr::new("5")));
+        assert!(!args.take(OPT_RUNS, OsStr::new("0")));
+        assert!(!args.take(OPT_SIZE, OsStr::new("1K")));
+        assert_eq!((args.size, args.runs), (Some(8 << 20), Some(5)));
+    }
+}

@@ -1,0 +1,98 @@
+//! `verityfs enable`: enable fs-verity on a file with `FS_IOC_ENABLE_VERITY`,
+//! as `fsverity enable` does (fsverity-utils `programs/cmd_enable.c`).
+//!
+//! The parameters go to the kernel unchecked beyond their syntax: an
+//! unknown `--hash-alg` number, a block size the kernel refuses or a salt
+//! over 32 bytes is the kernel's (or the FUSE daemon's) to refuse.
+
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+
+use crate::commands::{usage_unless, Command, EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
+use crate::getopt::LongOpt;
+use crate::ioctl::{enable_verity, EnableParams};
+use crate::output::{error_msg, error_msg_errno, open_for_reading, quote};
+use crate::tree_params::{self, TreeArgs};
+
+const OPT_SIGNATURE: u32 = 1;
+
+/// The option of `enable` after the tree options.
+const LONGOPTS: &[LongOpt] = &[LongOpt::required("signature", OPT_SIGNATURE)];
+
+/// Largest signature file `fsverity enable` reads.
+const MAX_SIGNATURE_FILE: u64 = 1_000_000;
+
+/// Runs `verityfs enable`.
+pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
+    let mut tree = TreeArgs::default();
+    let mut signature: Option<Vec<u8>> = None;
+    let longopts = [&tree_params::LONGOPTS[..], LONGOPTS].concat();
+    let parsed = cmd.parse_options(args, &longopts, |id, value| match id {
+        OPT_SIGNATURE if signature.is_some() => {
+            error_msg("--signature can only be specified once");
+            Err(EXIT_USAGE)
+        }
+        // Read at once, as fsverity does: a bad file ends the command
+        // before the other options and the operands are looked at.
+        OPT_SIGNATURE => {
+            signature = Some(read_signature(&value).ok_or(EXIT_FAILURE)?);
+            Ok(())
+        }
+        _ => usage_unless(tree.parse_option(id, &value)),
+    });
+    let name = match parsed.as_deref() {
+        Ok([name]) => name,
+        Ok(_) => return cmd.usage_error(),
+        Err(&status) => return status,
+    };
+    let Some(file) = open_for_reading(name) else {
+        return EXIT_FAILURE;
+    };
+    let params = EnableParams {
+        hash_algorithm: tree.hash_alg.unwrap_or(1),
+        block_size: tree.block_size.unwrap_or(4096),
+        salt: tree.salt.as_deref().unwrap_or_default(),
+        signature: signature.as_deref().unwrap_or_default(),
+    };
+    if let Err(e) = enable_verity(&file, &params) {
+        error_msg_errno(quote("FS_IOC_ENABLE_VERITY failed on '", name, "'"), &e);
+        return EXIT_FAILURE;
+    }
+    EXIT_OK
+}
+
+/// Reads a signature file as fsverity's `read_signature()` does: it must be
+/// non-empty and at most 1,000,000 bytes by `fstat()`, and then hold that
+/// many bytes. Errors are printed here.
+fn read_signature(name: &OsStr) -> Option<Vec<u8>> {
+    let mut file = open_for_reading(name)?;
+    let size = file
+        .metadata()
+        .map_err(|e| error_msg_errno(quote("can't stat file '", name, "'"), &e))
+        .ok()?
+        .len();
+    if size == 0 {
+        error_msg(quote("signature file '", name, "' is empty"));
+        return None;
+    }
+    if size > MAX_SIGNATURE_FILE {
+        error_msg(quote("signature file '", name, "' is too large"));
+        return None;
+    }
+    let mut sig = vec![0; size as usize];
+    let mut done = 0;
+    while done < sig.len() {
+        match file.read(&mut sig[done..]) {
+            Ok(0) => {
+                error_msg(quote("unexpected end-of-file on '", name, "'"));
+                return None;
+            }
+            Ok(n) => done += n,
+            Err(e) => {
+                error_msg_errno(quote("reading from '", name, "'"), &e);
+                return None;
+            }
+        }
+    }
+    Some(sig)
+}

@@ -1,0 +1,132 @@
+//! Enables killed at random moments. A child process (this test binary, run
+//! again with [`CHILD_ENV`] set) enables verity on a file and is sent
+//! SIGKILL after a random delay; then [`recover`] must leave the file either
+//! an ordinary file with exactly its original bytes, or a complete verity
+//! file with the expected digest whose verified reads give the original
+//! bytes. (Cancelling through the progress callback at each chunk is
+//! `interrupted_enable_leaves_the_file_as_it_was` in `store.rs`.)
+
+mod common;
+
+use std::fs::File;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{enable, expected_digest, open, open_rw, write_file, Rng};
+use verityfs::layout::{ENABLING_XATTR, LOCATION_XATTR};
+use verityfs::state::recover;
+use verityfs::{FileState, MerkleTreeParams, ReadOptions, Verifier};
+
+/// Set in the child's environment to the path to enable.
+const CHILD_ENV: &str = "VERITYFS_CRASH_TEST_ENABLE";
+
+/// The child's work: enables verity on the file named by [`CHILD_ENV`].
+/// Without it (an ordinary test run) there is nothing to do.
+#[test]
+fn child_enable() {
+    if let Some(path) = std::env::var_os(CHILD_ENV) {
+        enable(Path::new(&path), MerkleTreeParams::default()).unwrap();
+    }
+}
+
+/// Starts a child enabling `path`, sends it SIGKILL after `delay`, and
+/// returns whether it had finished its enable by then.
+fn enable_in_child(path: &Path, delay: Option<Duration>) -> bool {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_enable", "--test-threads=1"])
+        .env(CHILD_ENV, path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    if let Some(delay) = delay {
+        std::thread::sleep(delay);
+        child.kill().unwrap(); // a no-op if it has exited
+    }
+    let status = child.wait().unwrap();
+    assert!(
+        status.success() || (delay.is_some() && status.signal() == Some(libc::SIGKILL)),
+        "the child's enable failed: {status}"
+    );
+    status.success()
+}
+
+/// What a kill left behind, before recovery.
+#[derive(Debug, Default)]
+struct Outcomes {
+    untouched: u32,
+    interrupted: u32,
+    verity: u32,
+}
+
+#[test]
+fn killed_enables_leave_the_file_intact_or_verity() {
+    let dir = tempfile::tempdir().unwrap();
+    let params = MerkleTreeParams::default();
+    let mut rng = Rng(0xdead_beef);
+    let mut outcomes = Outcomes::default();
+    for (size, kills) in [(1 << 20, 30), (16 << 20, 20), (64 << 20, 12)] {
+        let data = Rng(size as u64).bytes(size);
+        let path = write_file(dir.path(), &format!("f{size}"), &data);
+        let digest = expected_digest(&data, &params);
+        // How long a whole enable in a child takes, start-up included.
+        let start = Instant::now();
+        assert!(enable_in_child(&path, None));
+        let whole = start.elapsed();
+        make_regular(&path, size as u64);
+        for kill in 0..kills {
+            let delay = whole.mul_f64(rng.below(1200) as f64 / 1000.0);
+            let finished = enable_in_child(&path, Some(delay));
+            let what = format!("{size} bytes, kill {kill} after {delay:?} of {whole:?}");
+            let file = open_rw(&path);
+            match FileState::read(&file).unwrap() {
+                FileState::Regular => outcomes.untouched += 1,
+                FileState::Enabling(_) => outcomes.interrupted += 1,
+                FileState::Verity(_) => outcomes.verity += 1,
+            }
+            match recover(&file).unwrap() {
+                FileState::Regular => {
+                    assert!(!finished, "{what}: a finished enable left no verity file");
+                    assert!(
+                        std::fs::read(&path).unwrap() == data,
+                        "{what}: data changed"
+                    );
+                }
+                FileState::Verity(_) => {
+                    let verity = open(&Verifier::new(ReadOptions::default()), &path);
+                    assert_eq!(verity.digest(), &digest, "{what}");
+                    let mut buf = vec![0u8; size + 1];
+                    assert_eq!(verity.read_at(&mut buf, 0).unwrap(), size, "{what}");
+                    assert!(buf[..size] == data[..], "{what}: verified read differs");
+                    make_regular(&path, size as u64);
+                }
+                FileState::Enabling(_) => panic!("{what}: not recovered"),
+            }
+        }
+    }
+    // The kills landed before, during and after the enable's work.
+    eprintln!("{outcomes:?}");
+    assert!(
+        outcomes.untouched > 0 && outcomes.interrupted > 0 && outcomes.verity > 0,
+        "{outcomes:?}"
+    );
+}
+
+/// Turns the verity file at `path` back into the ordinary file of its first
+/// `size` bytes, for the next enable.
+fn make_regular(path: &Path, size: u64) {
+    let file = open_rw(path);
+    for name in [LOCATION_XATTR, ENABLING_XATTR] {
+        match rustix::fs::fremovexattr(&file, name) {
+            Ok(()) | Err(rustix::io::Errno::NODATA) => {}
+            Err(e) => panic!("removing {name}: {e}"),
+        }
+    }
+    file.set_len(size).unwrap();
+    assert_eq!(
+        FileState::read(&File::open(path).unwrap()).unwrap(),
+        FileState::Regular
+    );
+}
