@@ -121,24 +121,24 @@ impl VerityFs {
         fh: FileHandle,
         offset: u64,
         size: u32,
-    ) -> Result<Vec<u8>, Errno> {
+        buf: &mut Vec<u8>,
+    ) -> Result<usize, Errno> {
         let handle = self.handles.get(fh)?;
-        let mut buf = vec![0u8; size as usize];
-        let n = match &*handle {
-            Handle::Verity { file, .. } => file.read_at(&mut buf, offset).map_err(|e| {
+        // Reused between requests: growing it zero-fills once, not per read.
+        buf.resize(size as usize, 0);
+        match &*handle {
+            Handle::Verity { file, .. } => file.read_at(buf, offset).map_err(|e| {
                 if let verityfs::Error::Corrupted(c) = &e {
-                    tracing::warn!("{c}");
+                    log_corruption(c);
                 }
                 lib_errno(e)
-            })?,
+            }),
             Handle::Plain {
                 file, read: true, ..
-            } => read_full_at(file, &mut buf, offset)?,
-            Handle::Plain { .. } => return Err(Errno::EBADF),
-            Handle::Dir { .. } => return Err(Errno::EISDIR),
-        };
-        buf.truncate(n);
-        Ok(buf)
+            } => read_full_at(file, buf, offset),
+            Handle::Plain { .. } => Err(Errno::EBADF),
+            Handle::Dir { .. } => Err(Errno::EISDIR),
+        }
     }
 
     /// `write`: ordinary files only (verity files are never open for
@@ -207,4 +207,30 @@ fn read_full_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> Result<usi
         }
     }
     Ok(done)
+}
+
+/// Corruption reports logged per second at most: a scan of a damaged file
+/// must not flood the log.
+const CORRUPTION_LOGS_PER_SECOND: u64 = 10;
+
+/// Logs one line per corruption (the kernel's "FILE CORRUPTED!" line) at
+/// warn level, rate-limited, with a count of what was suppressed.
+fn log_corruption(c: &verityfs::Corruption) {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    static SECOND: AtomicU64 = AtomicU64::new(0);
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::UNIX_EPOCH.elapsed().map_or(0, |d| d.as_secs());
+    if SECOND.swap(now, Relaxed) != now {
+        COUNT.store(0, Relaxed);
+        let suppressed = SUPPRESSED.swap(0, Relaxed);
+        if suppressed > 0 {
+            tracing::warn!("{suppressed} more corruption reports suppressed");
+        }
+    }
+    if COUNT.fetch_add(1, Relaxed) < CORRUPTION_LOGS_PER_SECOND {
+        tracing::warn!("{c}");
+    } else {
+        SUPPRESSED.fetch_add(1, Relaxed);
+    }
 }

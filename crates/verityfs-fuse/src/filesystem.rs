@@ -24,6 +24,11 @@ use crate::ioctl::{
     FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS, FS_IOC_MEASURE_VERITY, FS_IOC_SETFLAGS,
 };
 
+thread_local! {
+    /// Each worker thread's read buffer, reused for every request.
+    static READ_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// The largest read or write request we ask the kernel for.
 const MAX_IO: u32 = 1 << 20;
 
@@ -306,8 +311,10 @@ impl Filesystem for VerityFs {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        reply_with!(reply, self.read_file(fh, offset, size), |data| reply
-            .data(&data));
+        READ_BUFFER.with_borrow_mut(|buf| {
+            reply_with!(reply, self.read_file(fh, offset, size, buf), |n| reply
+                .data(&buf[..n]))
+        });
     }
 
     fn write(

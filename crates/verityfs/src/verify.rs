@@ -31,6 +31,11 @@ use crate::hash_algs::Digest;
 use crate::open::VerityFile;
 use crate::stats::bump;
 
+/// Level-0 tree bytes requested at once ahead of a sequential stream: with
+/// 4 KiB blocks and SHA-256, 1 MiB of hashes covers 128 MiB of data, so a
+/// 250 MB stream costs two or three tree requests.
+const SEQUENTIAL_WINDOW_BYTES: u64 = 1 << 20;
+
 /// For one read: per level, the last block (index within the level) worth
 /// fetching together with a missing block.
 struct TreePlan {
@@ -83,7 +88,8 @@ impl VerityFile {
     /// Decides what to fetch for a read of data blocks `first..=last` and
     /// issues the asynchronous readahead.
     fn plan_tree_reads(&self, first: u64, last: u64, offset: u64, len: usize) -> TreePlan {
-        let sequential = self.last_end.swap(offset + len as u64, Ordering::Relaxed) == offset;
+        let previous_end = self.last_end.swap(offset + len as u64, Ordering::Relaxed);
+        let sequential = offset == 0 || previous_end == offset;
         let levels = self.geometry.levels();
         if !self.verifier.options.merkle_readahead {
             return TreePlan {
@@ -92,15 +98,15 @@ impl VerityFile {
         }
         let la = self.geometry.log_arity();
         let mut fetch_until = Vec::with_capacity(levels.len());
-        for (level, info) in levels.iter().enumerate() {
+        for level in 0..levels.len() {
             let shift = la * (level as u32 + 1);
-            let (s, mut e) = (first >> shift, last >> shift);
+            let (s, e) = (first >> shift, last >> shift);
             if level == 0 && sequential {
-                // The 2019 rule: a quarter of the data window, in blocks.
-                let window = ((last - first + 1) / 4).max(1);
-                e = (e + window).min(info.num_blocks - 1);
-                self.readahead_ahead(e, window);
+                fetch_until.push(self.readahead_level0(s, e));
+                continue;
             }
+            // At submission time: ask for the blocks this read needs now, so
+            // that tree and data I/O overlap.
             if !self.is_cached(level, s) || !self.is_cached(level, e) {
                 self.hint_tree_range(level, s, e);
             }
@@ -109,15 +115,26 @@ impl VerityFile {
         TreePlan { fetch_until }
     }
 
-    /// On a sequential stream, asks for the next `window` level-0 blocks
-    /// after `e` unless that was done already.
-    fn readahead_ahead(&self, e: u64, window: u64) {
-        let level0 = self.geometry.levels()[0];
-        let target = (e + 1 + window).min(level0.num_blocks);
-        let done = self.readahead_until.fetch_max(target, Ordering::Relaxed);
-        if done < target {
-            self.hint_tree_range(0, done.max(e + 1), target - 1);
+    /// Keeps a window of level-0 blocks requested ahead of a sequential
+    /// stream. The window is large and requested in one go, so that the
+    /// device sees a few large tree reads rather than one small read per
+    /// data request; the next window is requested when the stream reaches
+    /// the second half of the current one. Returns the last block worth
+    /// reading together with a missing block (the end of the window).
+    fn readahead_level0(&self, s: u64, e: u64) -> u64 {
+        let blocks = self.geometry.levels()[0].num_blocks;
+        let window = (SEQUENTIAL_WINDOW_BYTES >> self.log_block_size()).max(1);
+        let until = self.readahead_until.load(Ordering::Relaxed);
+        if until < blocks && e + window / 2 >= until {
+            // Continue the window, or start afresh if the stream jumped.
+            let start = if (s..=e + 1).contains(&until) { until } else { s };
+            let end = (start + window).min(blocks);
+            if self.readahead_until.fetch_max(end, Ordering::Relaxed) < end {
+                self.hint_tree_range(0, start, end - 1);
+            }
         }
+        let until = self.readahead_until.load(Ordering::Relaxed);
+        until.saturating_sub(1).clamp(e, blocks - 1)
     }
 
     /// `POSIX_FADV_WILLNEED` on tree blocks `s..=e` of `level`: the kernel
