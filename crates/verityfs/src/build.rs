@@ -177,6 +177,38 @@ const CHUNK_SIZE: usize = 2 << 20;
 /// done after each chunk; an error it returns stops the build and is
 /// returned. Reading fewer than `data_size` bytes is an error;
 /// bytes past `data_size` are not read.
+///
+/// The tree goes to `sink`: [`DiscardTree`] to compute a digest only, a
+/// `Vec<u8>` to collect it in memory (it is then byte for byte what
+/// `fsverity digest --out-merkle-tree` writes), or any [`TreeSink`].
+///
+/// # Example
+///
+/// The digest `fsverity digest --hash-alg=sha512 --block-size=1024 FILE`
+/// prints, and the tree `--out-merkle-tree` writes:
+///
+/// ```
+/// use std::fs::File;
+/// use verityfs::{build_merkle_tree, HashAlgorithm, MerkleTreeParams};
+///
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("file");
+/// # std::fs::write(&path, vec![0u8; 1_000_000])?;
+/// let file = File::open(&path)?;
+/// let size = file.metadata()?.len();
+/// let params = MerkleTreeParams::new(HashAlgorithm::Sha512, 1024, b"")?;
+/// let mut done = 0;
+/// let (descriptor, tree) = build_merkle_tree(&params, size, file, Vec::new(), &mut |bytes| {
+///     done = bytes; // progress: bytes hashed so far
+///     Ok(())
+/// })?;
+/// assert_eq!(done, size);
+/// // 977 data blocks of 1 KiB; 16 SHA-512 hashes per tree block: 62 + 4 + 1 tree blocks.
+/// assert_eq!(tree.len(), 67 * 1024);
+/// assert_eq!(tree.len() as u64, verityfs::TreeGeometry::new(&params, size).tree_size());
+/// println!("{}:{}", params.hash_algorithm(), descriptor.file_digest());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn build_merkle_tree<R: Read + Send, S: TreeSink>(
     params: &MerkleTreeParams,
     data_size: u64,
@@ -189,7 +221,7 @@ pub fn build_merkle_tree<R: Read + Send, S: TreeSink>(
     let block_size = params.block_size();
     let mut hashes = Vec::new();
     let mut done = 0u64;
-    for_each_chunk(data, data_size, CHUNK_SIZE.max(block_size), |chunk| {
+    for_each_chunk(data, data_size, chunk_size(data_size, block_size), |chunk| {
         hash_data_blocks(&hasher, chunk, block_size, &mut hashes);
         builder.add_data_hashes(&hashes)?;
         done += chunk.len() as u64;
@@ -197,6 +229,13 @@ pub fn build_merkle_tree<R: Read + Send, S: TreeSink>(
     })?;
     let (root, sink) = builder.finish()?;
     Ok((Descriptor::new(*params, data_size, root), sink))
+}
+
+/// The read size for `data_size` bytes: [`CHUNK_SIZE`], but no more than
+/// the file (small files do not get megabyte buffers), and whole blocks.
+fn chunk_size(data_size: u64, block_size: usize) -> usize {
+    let file = usize::try_from(data_size).unwrap_or(usize::MAX);
+    CHUNK_SIZE.min(file.next_multiple_of(block_size)).max(block_size)
 }
 
 /// Hashes the data blocks of `chunk` into `hashes`, zero-padding a partial
