@@ -43,13 +43,24 @@ const OPT_JSON: u32 = 4;
 const OPT_CHART: u32 = 5;
 const OPT_HUGE: u32 = 6;
 
-const LONGOPTS: &[LongOpt] = &[
-    LongOpt::required("dir", OPT_DIR),
-    LongOpt::required("size", OPT_SIZE),
-    LongOpt::required("runs", OPT_RUNS),
-    LongOpt::required("json", OPT_JSON),
-    LongOpt::required("chart", OPT_CHART),
-    LongOpt::required("huge", OPT_HUGE),
+/// The options of `verityfs bench`.
+pub const LONGOPTS: &[LongOpt] = &[
+    LongOpt::required("dir", OPT_DIR).with_help(
+        "Directory for the test files, mount point and outputs, on the disk to measure \
+         (default /var/tmp/verityfs-bench)",
+    ),
+    LongOpt::required("size", OPT_SIZE)
+        .with_help("Size of the test file in bytes, with a K, M or G suffix (default 250000000)"),
+    LongOpt::required("runs", OPT_RUNS)
+        .with_help("Runs of every measurement; the median is reported (default 3)"),
+    LongOpt::required("json", OPT_JSON)
+        .with_help("Where to write the results as JSON (default DIR/bench.json)"),
+    LongOpt::required("chart", OPT_CHART)
+        .with_help("Where to draw the PNG bar chart (default DIR/bench.png)"),
+    LongOpt::required("huge", OPT_HUGE).with_help(
+        "Also read a sparse verity file of this size (e.g. 10G) through the mount \
+         and report the daemon's peak memory",
+    ),
 ];
 
 /// Default `--dir`.
@@ -185,8 +196,8 @@ fn bench(config: &Config) -> Result<()> {
         load_start[0]
     ));
     let files = TestFiles::create(&config.dir, config.size, config.huge)?;
-    let _cleanup = Cleanup(&files);
     let mountpoint = config.dir.join("mnt");
+    let _cleanup = Cleanup(&files, &mountpoint);
     let offsets = random_offsets(config.size, RANDOM_READS);
     let mut runs = Vec::with_capacity(config.runs);
     for i in 0..config.runs {
@@ -222,12 +233,14 @@ fn bench(config: &Config) -> Result<()> {
     Ok(())
 }
 
-/// Removes the test files when the benchmark ends, however it ends.
-struct Cleanup<'a>(&'a TestFiles);
+/// Removes the test files and the mount point when the benchmark ends,
+/// however it ends (after the mounts, which are dropped first).
+struct Cleanup<'a>(&'a TestFiles, &'a Path);
 
 impl Drop for Cleanup<'_> {
     fn drop(&mut self) {
         self.0.remove();
+        let _ = std::fs::remove_dir(self.1);
     }
 }
 
@@ -318,20 +331,19 @@ fn one_run(files: &TestFiles, mountpoint: &Path, device: &Device, offsets: &[u64
 
     // Random 4 KiB reads through the mount, cold then warm.
     let mount = Mount::start(&files.backing, mountpoint, true)?;
-    let mut random = [(0.0, 0.0, 0); 2];
-    for (slot, name) in random.iter_mut().zip([VERITY_NAME, PLAIN_NAME]) {
+    let random = |name: &str| -> Result<(f64, f64, u64)> {
         let file = open_random(&mount.path(name))?;
         let (cold_latency, c) = cold(device, mount.pid(), || random_reads(&file, offsets))?;
         let warm_latency = random_reads(&file, offsets)?;
-        *slot = (
+        Ok((
             cold_latency.as_secs_f64() * 1e6,
             warm_latency.as_secs_f64() * 1e6,
             c.read_requests,
-        );
-    }
+        ))
+    };
+    let (verity_cold_us, verity_warm_us, verity_cold_requests) = random(VERITY_NAME)?;
+    let (plain_cold_us, plain_warm_us, plain_cold_requests) = random(PLAIN_NAME)?;
     mount.stop()?;
-    let [(verity_cold_us, verity_warm_us, verity_cold_requests), (plain_cold_us, plain_warm_us, plain_cold_requests)] =
-        random;
     run.random = RandomSample {
         verity_cold_us,
         plain_cold_us,

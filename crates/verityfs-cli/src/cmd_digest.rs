@@ -16,9 +16,17 @@ const OPT_FOR_BUILTIN_SIG: u32 = 2;
 
 /// The options of `digest` after the shared ones ([`file_digest::longopts`]).
 const LONGOPTS: &[LongOpt] = &[
-    LongOpt::flag("compact", OPT_COMPACT),
-    LongOpt::flag("for-builtin-sig", OPT_FOR_BUILTIN_SIG),
+    LongOpt::flag("compact", OPT_COMPACT)
+        .with_help("Print only the digest's hex string, without algorithm and file name"),
+    LongOpt::flag("for-builtin-sig", OPT_FOR_BUILTIN_SIG).with_help(
+        "Print the digest as a struct fsverity_formatted_digest, for built-in signatures",
+    ),
 ];
+
+/// All the options of `digest`, in fsverity's table order.
+pub fn longopts() -> Vec<LongOpt> {
+    file_digest::longopts(&[], LONGOPTS)
+}
 
 /// Everything the options of `digest` ask for.
 #[derive(Default)]
@@ -31,7 +39,7 @@ struct DigestArgs {
 /// Runs `verityfs digest`.
 pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
     let mut opts = DigestArgs::default();
-    let longopts = file_digest::longopts(&[], LONGOPTS);
+    let longopts = longopts();
     let parsed = cmd.parse_options(args, &longopts, |id, value| {
         usage_unless(opts.take(id, &value))
     });

@@ -21,12 +21,16 @@ use crate::tree_params::parse_u64;
 const OPT_OFFSET: u32 = 1;
 const OPT_LENGTH: u32 = 2;
 
-const LONGOPTS: &[LongOpt] = &[
-    LongOpt::required("offset", OPT_OFFSET),
-    LongOpt::required("length", OPT_LENGTH),
+/// The options of `dump_metadata`.
+pub const LONGOPTS: &[LongOpt] = &[
+    LongOpt::required("offset", OPT_OFFSET)
+        .with_help("Byte offset in the item to start at; needs --length"),
+    LongOpt::required("length", OPT_LENGTH)
+        .with_help("Bytes to dump from the item (one read); needs --offset"),
 ];
 
-const METADATA_TYPES: [(&str, MetadataType); 3] = [
+/// The values of the TYPE operand and the items they name.
+pub const METADATA_TYPES: [(&str, MetadataType); 3] = [
     ("merkle_tree", MetadataType::MerkleTree),
     ("descriptor", MetadataType::Descriptor),
     ("signature", MetadataType::Signature),

@@ -17,7 +17,13 @@ use crate::tree_params::{self, TreeArgs};
 const OPT_SIGNATURE: u32 = 1;
 
 /// The option of `enable` after the tree options.
-const LONGOPTS: &[LongOpt] = &[LongOpt::required("signature", OPT_SIGNATURE)];
+const LONGOPTS: &[LongOpt] = &[LongOpt::required("signature", OPT_SIGNATURE)
+    .with_help("Built-in signature to apply, a PKCS#7 DER file as `verityfs sign` writes")];
+
+/// All the options of `enable`: the tree options, then `--signature`.
+pub fn longopts() -> Vec<LongOpt> {
+    [&tree_params::LONGOPTS[..], LONGOPTS].concat()
+}
 
 /// Largest signature file `fsverity enable` reads.
 const MAX_SIGNATURE_FILE: u64 = 1_000_000;
@@ -26,7 +32,7 @@ const MAX_SIGNATURE_FILE: u64 = 1_000_000;
 pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
     let mut tree = TreeArgs::default();
     let mut signature: Option<Vec<u8>> = None;
-    let longopts = [&tree_params::LONGOPTS[..], LONGOPTS].concat();
+    let longopts = longopts();
     let parsed = cmd.parse_options(args, &longopts, |id, value| match id {
         OPT_SIGNATURE if signature.is_some() => {
             error_msg("--signature can only be specified once");

@@ -5,6 +5,7 @@ use std::ffi::{OsStr, OsString};
 use std::io::{self, Write};
 use std::path::PathBuf;
 
+use verityfs::signature::Certificate;
 use verityfs_fuse::MountOptions;
 
 use crate::commands::{Command, EXIT_FAILURE, EXIT_OK};
@@ -16,13 +17,31 @@ const OPT_READ_ONLY: u32 = 2;
 const OPT_NO_READAHEAD: u32 = 3;
 const OPT_CACHE_SIZE: u32 = 4;
 const OPT_THREADS: u32 = 5;
+const OPT_TRUSTED_CERT: u32 = 6;
+const OPT_REQUIRE_SIGNATURES: u32 = 7;
 
-const LONGOPTS: &[LongOpt] = &[
-    LongOpt::required("options", OPT_OPTIONS).with_short(b'o'),
-    LongOpt::flag("read-only", OPT_READ_ONLY),
-    LongOpt::flag("no-merkle-readahead", OPT_NO_READAHEAD),
-    LongOpt::required("cache-size", OPT_CACHE_SIZE),
-    LongOpt::required("threads", OPT_THREADS),
+/// The options of `mount`.
+pub const LONGOPTS: &[LongOpt] = &[
+    LongOpt::required("options", OPT_OPTIONS)
+        .with_short(b'o')
+        .with_help(
+            "Comma-separated mount options: ro, allow_other, noreadahead, cache_size=BYTES; \
+             rw, nodev, nosuid, noatime, nofail... are accepted and ignored",
+        ),
+    LongOpt::flag("read-only", OPT_READ_ONLY)
+        .with_help("Refuse every change to the backing directory (same as -o ro)"),
+    LongOpt::flag("no-merkle-readahead", OPT_NO_READAHEAD)
+        .with_help("Read Merkle tree blocks one at a time, without readahead"),
+    LongOpt::required("cache-size", OPT_CACHE_SIZE)
+        .with_help("Bytes of verified tree blocks to cache, with a K, M or G suffix (default 32M)"),
+    LongOpt::required("threads", OPT_THREADS)
+        .with_help("Threads serving FUSE requests, 1 to 64 (default 4)"),
+    LongOpt::required("trusted-cert", OPT_TRUSTED_CERT).with_help(
+        "Trust the PEM certificates in this file, or in the .pem/.crt files of this \
+         directory, for built-in signatures (repeatable)",
+    ),
+    LongOpt::flag("require-signatures", OPT_REQUIRE_SIGNATURES)
+        .with_help("Refuse to enable or open verity files without a valid built-in signature"),
 ];
 
 /// Mount options (`-o`) accepted and ignored because they are the default
@@ -119,8 +138,54 @@ fn take(options: &mut MountOptions, id: u32, value: &OsStr) -> bool {
                 false
             }
         },
+        OPT_TRUSTED_CERT => match load_certificates(value) {
+            Some(certs) => {
+                options.signatures = std::mem::take(&mut options.signatures).trusting(certs);
+                true
+            }
+            None => false,
+        },
+        OPT_REQUIRE_SIGNATURES => {
+            options.signatures = std::mem::take(&mut options.signatures).requiring();
+            true
+        }
         _ => unreachable!("unknown option id {id}"),
     }
+}
+
+/// The certificates of a PEM file, or of every `.pem`/`.crt` file of a
+/// directory; `None` (after saying why) if none can be read.
+fn load_certificates(path: &OsStr) -> Option<Vec<Certificate>> {
+    let path = std::path::Path::new(path);
+    let files: Vec<PathBuf> = match std::fs::read_dir(path) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "pem" || x == "crt"))
+            .collect(),
+        Err(_) => vec![path.to_owned()],
+    };
+    let mut certs = Vec::new();
+    for file in &files {
+        let loaded = std::fs::read(file)
+            .map_err(|e| e.to_string())
+            .and_then(|pem| Certificate::all_from_pem(&pem).map_err(|e| e.to_string()));
+        match loaded {
+            Ok(more) => certs.extend(more),
+            Err(e) => {
+                error_msg(quote(
+                    "can't load certificates from '",
+                    file.as_os_str(),
+                    &format!("': {e}"),
+                ));
+                return None;
+            }
+        }
+    }
+    if certs.is_empty() {
+        error_msg(quote("no certificates in '", path.as_os_str(), "'"));
+        return None;
+    }
+    Some(certs)
 }
 
 /// One `-o` option.

@@ -29,12 +29,21 @@ const OPT_PKCS11_KEYID: u32 = 5;
 /// The options of `sign` before the shared ones ([`file_digest::longopts`]),
 /// in fsverity's table order.
 const LONGOPTS: &[LongOpt] = &[
-    LongOpt::required("key", OPT_KEY),
-    LongOpt::required("cert", OPT_CERT),
-    LongOpt::required("pkcs11-engine", OPT_PKCS11_ENGINE),
-    LongOpt::required("pkcs11-module", OPT_PKCS11_MODULE),
-    LongOpt::required("pkcs11-keyid", OPT_PKCS11_KEYID),
+    LongOpt::required("key", OPT_KEY).with_help("Private key (PEM, PKCS#8) to sign with"),
+    LongOpt::required("cert", OPT_CERT)
+        .with_help("Certificate (PEM) of the key; default: read it from KEYFILE"),
+    LongOpt::required("pkcs11-engine", OPT_PKCS11_ENGINE)
+        .with_help("OpenSSL PKCS#11 engine (not supported by verityfs)"),
+    LongOpt::required("pkcs11-module", OPT_PKCS11_MODULE)
+        .with_help("PKCS#11 token module (not supported by verityfs)"),
+    LongOpt::required("pkcs11-keyid", OPT_PKCS11_KEYID)
+        .with_help("PKCS#11 key identifier (not supported by verityfs)"),
 ];
+
+/// All the options of `sign`, in fsverity's table order.
+pub fn longopts() -> Vec<LongOpt> {
+    file_digest::longopts(LONGOPTS, &[])
+}
 
 /// Everything the options of `sign` ask for.
 #[derive(Default)]
@@ -50,7 +59,7 @@ struct SignArgs {
 /// Runs `verityfs sign`.
 pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
     let mut opts = SignArgs::default();
-    let longopts = file_digest::longopts(LONGOPTS, &[]);
+    let longopts = longopts();
     let parsed = cmd.parse_options(args, &longopts, |id, value| {
         usage_unless(opts.take(id, value))
     });

@@ -8,12 +8,22 @@ use crate::getopt::{Getopt, LongOpt};
 use crate::output::{error_msg, quote};
 
 /// One subcommand.
+///
+/// The table of commands is also what the manual pages and shell
+/// completions are generated from (`cli_spec`): the name, the short
+/// description, the usage text (operands and option value names) and the
+/// options (`longopts`, with their help lines).
 pub struct Command {
     /// Its name on the command line.
     pub name: &'static str,
     /// The entry point: gets the arguments after the command name and
     /// returns the exit status.
     pub func: fn(&Command, &[OsString]) -> u8,
+    /// The long-option table the command's `getopt_long` loop uses.
+    pub longopts: fn() -> Vec<LongOpt>,
+    /// A maintenance command, missing from the usage texts, manual pages
+    /// and completions.
+    pub hidden: bool,
     short_desc: &'static str,
     usage: &'static str,
 }
@@ -29,6 +39,8 @@ const COMMANDS: &[Command] = &[
     Command {
         name: "digest",
         func: crate::cmd_digest::run,
+        longopts: crate::cmd_digest::longopts,
+        hidden: false,
         short_desc: "Compute the fs-verity digest of the given file(s), for offline signing",
         usage: "    verityfs digest FILE...
                [--hash-alg=HASH_ALG] [--block-size=BLOCK_SIZE] [--salt=SALT]
@@ -39,6 +51,8 @@ const COMMANDS: &[Command] = &[
     Command {
         name: "dump_metadata",
         func: crate::cmd_dump_metadata::run,
+        longopts: || crate::cmd_dump_metadata::LONGOPTS.to_vec(),
+        hidden: false,
         short_desc: "Dump the fs-verity metadata of the given file",
         usage: "    verityfs dump_metadata TYPE FILE [--offset=OFFSET] [--length=LENGTH]
 ",
@@ -46,6 +60,8 @@ const COMMANDS: &[Command] = &[
     Command {
         name: "enable",
         func: crate::cmd_enable::run,
+        longopts: crate::cmd_enable::longopts,
+        hidden: false,
         short_desc: "Enable fs-verity on a file",
         usage: "    verityfs enable FILE
                [--hash-alg=HASH_ALG] [--block-size=BLOCK_SIZE] [--salt=SALT]
@@ -55,6 +71,8 @@ const COMMANDS: &[Command] = &[
     Command {
         name: "measure",
         func: crate::cmd_measure::run,
+        longopts: Vec::new,
+        hidden: false,
         short_desc: "Display the fs-verity digest of the given verity file(s)",
         usage: "    verityfs measure FILE...
 ",
@@ -62,6 +80,8 @@ const COMMANDS: &[Command] = &[
     Command {
         name: "sign",
         func: crate::cmd_sign::run,
+        longopts: crate::cmd_sign::longopts,
+        hidden: false,
         short_desc: "Sign a file for fs-verity built-in signature verification",
         usage: "    verityfs sign FILE OUT_SIGFILE
                [--key=KEYFILE] [--cert=CERTFILE] [--pkcs11-engine=SOFILE]
@@ -73,15 +93,20 @@ const COMMANDS: &[Command] = &[
     Command {
         name: "mount",
         func: crate::cmd_mount::run,
+        longopts: || crate::cmd_mount::LONGOPTS.to_vec(),
+        hidden: false,
         short_desc: "Serve a directory with fs-verity semantics through FUSE (foreground)",
         usage: "    verityfs mount BACKING MOUNTPOINT
                [-o allow_other,ro,...] [--read-only] [--no-merkle-readahead]
                [--cache-size=BYTES] [--threads=N]
+               [--trusted-cert=PEM] [--require-signatures]
 ",
     },
     Command {
         name: "verify",
         func: crate::cmd_verify::run,
+        longopts: Vec::new,
+        hidden: false,
         short_desc: "Check every block of the verity files at the given path(s)",
         usage: "    verityfs verify PATH...
 ",
@@ -89,14 +114,51 @@ const COMMANDS: &[Command] = &[
     Command {
         name: "bench",
         func: crate::cmd_bench::run,
+        longopts: || crate::cmd_bench::LONGOPTS.to_vec(),
+        hidden: false,
         short_desc: "Measure cold verified reads against plain reads and hashing tools (as root)",
         usage: "    verityfs bench [--dir=DIR] [--size=BYTES] [--runs=N]
                [--json=FILE] [--chart=FILE] [--huge=BYTES]
 ",
     },
+    Command {
+        name: "generate-docs",
+        func: crate::cli_spec::run_generate_docs,
+        longopts: Vec::new,
+        hidden: true,
+        short_desc: "Write the manual pages and shell completions into DIR (for packagers)",
+        usage: "    verityfs generate-docs DIR
+",
+    },
 ];
 
+/// `--help` and `--version`, which every command takes (exactly so spelled,
+/// anywhere before `--`).
+pub const COMMON_OPTIONS: &[LongOpt] = &[
+    LongOpt::flag("help", OPT_HELP)
+        .with_help("Print the usage (of the command, or of all) and exit"),
+    LongOpt::flag("version", OPT_VERSION).with_help("Print the version and exit"),
+];
+const OPT_HELP: u32 = 1;
+const OPT_VERSION: u32 = 2;
+
+/// The command table, hidden commands included.
+pub fn commands() -> &'static [Command] {
+    COMMANDS
+}
+
 impl Command {
+    /// The one-line description shown above the usage in `verityfs --help`.
+    pub fn short_desc(&self) -> &'static str {
+        self.short_desc
+    }
+
+    /// The usage text, as printed after `Usage:` (indented, one line per
+    /// group of options).
+    pub fn usage_text(&self) -> &'static str {
+        self.usage
+    }
+
     /// Prints this command's usage to `out` (stdout for `--help`, stderr
     /// after a usage error).
     pub fn usage(&self, out: &mut dyn Write) {
@@ -161,7 +223,7 @@ pub fn show_all_hash_algs(out: &mut dyn Write) {
 
 fn usage_all(out: &mut dyn Write) {
     let _ = writeln!(out, "Usage:");
-    for cmd in COMMANDS {
+    for cmd in COMMANDS.iter().filter(|c| !c.hidden) {
         let _ = write!(out, "  {}:\n{}\n", cmd.short_desc, cmd.usage);
     }
     let _ = write!(
@@ -175,8 +237,15 @@ fn usage_all(out: &mut dyn Write) {
 /// before parsing the command's own options.
 fn handle_common_options(args: &[OsString], cmd: Option<&Command>) -> Option<u8> {
     for arg in args {
-        match arg.as_encoded_bytes() {
-            b"--help" => {
+        let arg = arg.as_encoded_bytes();
+        if arg == b"--" {
+            return None;
+        }
+        let common = COMMON_OPTIONS
+            .iter()
+            .find(|o| arg.strip_prefix(b"--") == Some(o.name.as_bytes()));
+        match common.map(|o| o.id) {
+            Some(OPT_HELP) => {
                 let mut out = std::io::stdout();
                 match cmd {
                     Some(cmd) => cmd.usage(&mut out),
@@ -184,12 +253,11 @@ fn handle_common_options(args: &[OsString], cmd: Option<&Command>) -> Option<u8>
                 }
                 return Some(EXIT_OK);
             }
-            b"--version" => {
+            Some(_) => {
                 println!("verityfs v{}", env!("CARGO_PKG_VERSION"));
                 return Some(EXIT_OK);
             }
-            b"--" => return None,
-            _ => {}
+            None => {}
         }
     }
     None

@@ -26,8 +26,10 @@ const OPT_OUT_DESCRIPTOR: u32 = 111;
 /// `after`, as fsverity's tables order them.
 pub fn longopts(before: &[LongOpt], after: &[LongOpt]) -> Vec<LongOpt> {
     let out_files = [
-        LongOpt::required("out-merkle-tree", OPT_OUT_MERKLE_TREE),
-        LongOpt::required("out-descriptor", OPT_OUT_DESCRIPTOR),
+        LongOpt::required("out-merkle-tree", OPT_OUT_MERKLE_TREE)
+            .with_help("Write the Merkle tree to FILE, as FS_IOC_READ_VERITY_METADATA gives it"),
+        LongOpt::required("out-descriptor", OPT_OUT_DESCRIPTOR)
+            .with_help("Write the fs-verity descriptor (256 bytes) to FILE"),
     ];
     [before, &tree_params::LONGOPTS, &out_files, after].concat()
 }

@@ -61,6 +61,10 @@ pub struct LongOpt {
     pub id: u32,
     /// A one-letter alias (`-o VALUE`, `-oVALUE`), as in glibc's optstring.
     pub short: Option<u8>,
+    /// One line saying what the option does, for the generated manual pages
+    /// and shell completions (`cli_spec`); empty if not given. Not used for
+    /// parsing.
+    pub help: &'static str,
 }
 
 impl LongOpt {
@@ -71,6 +75,7 @@ impl LongOpt {
             has_arg: HasArg::No,
             id,
             short: None,
+            help: "",
         }
     }
 
@@ -81,6 +86,7 @@ impl LongOpt {
             has_arg: HasArg::Required,
             id,
             short: None,
+            help: "",
         }
     }
 
@@ -90,6 +96,12 @@ impl LongOpt {
             short: Some(letter),
             ..self
         }
+    }
+
+    /// The same option, described by `help` (one line, for the manual
+    /// pages and completions).
+    pub const fn with_help(self, help: &'static str) -> Self {
+        Self { help, ..self }
     }
 }
 

@@ -2,6 +2,7 @@
 //! fsverity-utils' `fsverity`.
 
 mod bench;
+mod cli_spec;
 mod cmd_bench;
 mod cmd_digest;
 mod cmd_dump_metadata;

@@ -20,9 +20,12 @@ pub const OPT_SALT: u32 = 102;
 
 /// The tree options, in fsverity's table order.
 pub const LONGOPTS: [LongOpt; 3] = [
-    LongOpt::required("hash-alg", OPT_HASH_ALG),
-    LongOpt::required("block-size", OPT_BLOCK_SIZE),
-    LongOpt::required("salt", OPT_SALT),
+    LongOpt::required("hash-alg", OPT_HASH_ALG)
+        .with_help("Hash algorithm of the Merkle tree: sha256 (default) or sha512"),
+    LongOpt::required("block-size", OPT_BLOCK_SIZE)
+        .with_help("Merkle tree block size in bytes, a power of 2 (default 4096)"),
+    LongOpt::required("salt", OPT_SALT)
+        .with_help("Salt prepended to every hashed block, as a hex string (default: none)"),
 ];
 
 /// The tree options as given on the command line; unchecked against each

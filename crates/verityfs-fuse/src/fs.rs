@@ -15,6 +15,7 @@ use verityfs::{FileState, ReadOptions, Verifier, VerityFile};
 use crate::attr::to_file_attr;
 use crate::handles::HandleTable;
 use crate::inodes::{errno, Inode, InodeTable, VerityState};
+use crate::policy::SignaturePolicy;
 
 /// Settings of a mount.
 #[derive(Clone, Debug)]
@@ -27,6 +28,8 @@ pub struct MountOptions {
     pub read: ReadOptions,
     /// FUSE worker threads.
     pub threads: usize,
+    /// Built-in signature policy.
+    pub signatures: SignaturePolicy,
 }
 
 impl Default for MountOptions {
@@ -36,6 +39,7 @@ impl Default for MountOptions {
             allow_other: false,
             read: ReadOptions::default(),
             threads: 4,
+            signatures: SignaturePolicy::default(),
         }
     }
 }
@@ -151,7 +155,14 @@ impl VerityFs {
         let backing = self.open_backing(inode, OFlags::RDONLY)?;
         // The backing path as of now, for messages (the file may be renamed).
         let name = std::fs::read_link(inode.proc_path()).unwrap_or_else(|_| inode.proc_path());
-        let file = Arc::new(VerityFile::open(&self.verifier, backing, &name).map_err(lib_errno)?);
+        let file = VerityFile::open(&self.verifier, backing, &name).map_err(lib_errno)?;
+        // As the kernel at inode open: a signature must verify, and unsigned
+        // files are refused when signatures are required.
+        let policy = &self.options.signatures;
+        policy
+            .check(file.descriptor(), file.signature())
+            .map_err(|e| Errno::from_i32(e.errno()))?;
+        let file = Arc::new(file);
         verity.file = Some(file.clone());
         Ok(Some(file))
     }

@@ -21,8 +21,10 @@ mod inodes;
 /// decoders; not a stable API.
 pub mod ioctl;
 mod mount;
+mod policy;
 mod verity_ops;
 mod xattr_ops;
 
 pub use fs::{MountOptions, VerityFs};
 pub use mount::{run, BackgroundMount};
+pub use policy::SignaturePolicy;

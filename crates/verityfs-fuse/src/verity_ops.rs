@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use fuser::{Errno, FileHandle, FileType};
 use rustix::fs::{IFlags, OFlags};
-use verityfs::{enable_verity, EnableRequest, TreeGeometry};
+use verityfs::{enable_verity_checked, EnableRequest, TreeGeometry};
 
 use crate::caller::Caller;
 use crate::fs::{lib_errno, VerityFs};
@@ -106,7 +106,9 @@ impl VerityFs {
             signature,
             progress: &mut progress,
         };
-        let descriptor = enable_verity(&file, request).map_err(lib_errno)?;
+        let policy = &self.options.signatures;
+        let check = |d: &verityfs::Descriptor, sig: &[u8]| Ok(policy.check(d, sig)?);
+        let descriptor = enable_verity_checked(&file, request, &check).map_err(lib_errno)?;
         tracing::debug!(digest = %descriptor.file_digest(), "enabled verity on inode {}", inode.ino.0);
         Ok(())
     }

@@ -221,12 +221,17 @@ pub fn build_merkle_tree<R: Read + Send, S: TreeSink>(
     let block_size = params.block_size();
     let mut hashes = Vec::new();
     let mut done = 0u64;
-    for_each_chunk(data, data_size, chunk_size(data_size, block_size), |chunk| {
-        hash_data_blocks(&hasher, chunk, block_size, &mut hashes);
-        builder.add_data_hashes(&hashes)?;
-        done += chunk.len() as u64;
-        progress(done)
-    })?;
+    for_each_chunk(
+        data,
+        data_size,
+        chunk_size(data_size, block_size),
+        |chunk| {
+            hash_data_blocks(&hasher, chunk, block_size, &mut hashes);
+            builder.add_data_hashes(&hashes)?;
+            done += chunk.len() as u64;
+            progress(done)
+        },
+    )?;
     let (root, sink) = builder.finish()?;
     Ok((Descriptor::new(*params, data_size, root), sink))
 }
@@ -235,7 +240,9 @@ pub fn build_merkle_tree<R: Read + Send, S: TreeSink>(
 /// the file (small files do not get megabyte buffers), and whole blocks.
 fn chunk_size(data_size: u64, block_size: usize) -> usize {
     let file = usize::try_from(data_size).unwrap_or(usize::MAX);
-    CHUNK_SIZE.min(file.next_multiple_of(block_size)).max(block_size)
+    CHUNK_SIZE
+        .min(file.next_multiple_of(block_size))
+        .max(block_size)
 }
 
 /// Hashes the data blocks of `chunk` into `hashes`, zero-padding a partial

@@ -22,7 +22,42 @@ const ROOT_HASH_OFFSET: usize = 16;
 const SALT_OFFSET: usize = 80;
 const RESERVED_OFFSET: usize = 112;
 
-/// A parsed or built fs-verity descriptor.
+/// A parsed or built fs-verity descriptor: the tree parameters, the data
+/// size and the root hash. Its hash is the fs-verity file digest.
+///
+/// # Example
+///
+/// Building one, storing it (the 256 bytes `fsverity digest
+/// --out-descriptor` writes) and reading it back:
+///
+/// ```
+/// use verityfs::{build_merkle_tree, Descriptor, DiscardTree, HashAlgorithm, MerkleTreeParams};
+///
+/// let data = b"lorem ipsum\n";
+/// let params = MerkleTreeParams::default();
+/// let (descriptor, _) =
+///     build_merkle_tree(&params, data.len() as u64, &data[..], DiscardTree, &mut |_| Ok(()))?;
+/// let stored: [u8; 256] = descriptor.to_unsigned_bytes();
+///
+/// let (parsed, signature) = Descriptor::parse(&stored)?;
+/// assert!(signature.is_empty());
+/// assert_eq!(parsed, descriptor);
+/// assert_eq!(parsed.data_size(), 12);
+/// assert_eq!(parsed.params().hash_algorithm(), HashAlgorithm::Sha256);
+/// assert_eq!(
+///     format!("{}:{}", parsed.params().hash_algorithm(), parsed.file_digest()),
+///     "sha256:fda0e2d973b5c81e4a8ccc43a0bb13cbc9b5da8d83c4ff4416f6860ea20df0d6"
+/// );
+/// // What a built-in signature signs (`fsverity digest --for-builtin-sig`).
+/// let to_sign = verityfs::formatted_digest(HashAlgorithm::Sha256, &parsed.file_digest());
+/// assert_eq!(&to_sign[..8], b"FSVerity");
+///
+/// // The kernel's validation rules apply.
+/// let mut bad = stored;
+/// bad[0] = 2; // version
+/// assert_eq!(Descriptor::parse(&bad).unwrap_err().errno(), libc::EINVAL);
+/// # Ok::<(), verityfs::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Descriptor {
     params: MerkleTreeParams,

@@ -3,7 +3,7 @@
 //! attributes as the journal).
 //!
 //! The steps, each durable before the next:
-//! 1. record the file's size in [`ENABLING_XATTR`](crate::layout::ENABLING_XATTR);
+//! 1. record the file's size in [`ENABLING_XATTR`];
 //! 2. build the Merkle tree from the data and write it past the data, then
 //!    the descriptor and signature after it;
 //! 3. write the location record ([`LOCATION_XATTR`]): the commit point;
@@ -45,7 +45,63 @@ pub struct EnableRequest<'a> {
 /// Errors: `EEXIST` if already verity, `EINVAL`/`EMSGSIZE`/`EFBIG` for
 /// parameters the kernel would refuse, `EINTR` if cancelled, the I/O error
 /// otherwise. On any error the file is left as it was.
+///
+/// The file's filesystem must support `user.` extended attributes (ext4,
+/// xfs, btrfs, tmpfs since Linux 6.6...): the location record lives there.
+///
+/// # Example
+///
+/// ```
+/// use std::fs::OpenOptions;
+/// use verityfs::{enable_verity, EnableRequest, MerkleTreeParams, ReadOptions, Verifier, VerityFile};
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("file");
+/// std::fs::write(&path, b"lorem ipsum\n")?;
+///
+/// let file = OpenOptions::new().read(true).write(true).open(&path)?;
+/// let descriptor = enable_verity(
+///     &file,
+///     EnableRequest {
+///         params: MerkleTreeParams::default(),
+///         signature: None,
+///         progress: &mut |_bytes_hashed| true, // false cancels
+///     },
+/// )?;
+/// // What `fsverity measure` reports for the file once enabled.
+/// assert_eq!(
+///     descriptor.file_digest().to_hex(),
+///     "fda0e2d973b5c81e4a8ccc43a0bb13cbc9b5da8d83c4ff4416f6860ea20df0d6"
+/// );
+/// // Enabling twice: EEXIST.
+/// let again = EnableRequest {
+///     params: MerkleTreeParams::default(),
+///     signature: None,
+///     progress: &mut |_| true,
+/// };
+/// assert_eq!(enable_verity(&file, again).unwrap_err().errno(), libc::EEXIST);
+///
+/// // The backing file now also holds the tree and descriptor; opened as a
+/// // verity file, it reads back as the original data.
+/// let verifier = Verifier::new(ReadOptions::default());
+/// let verity = VerityFile::open(&verifier, std::fs::File::open(&path)?, &path)?;
+/// assert_eq!(verity.data_size(), 12);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn enable_verity(file: &File, request: EnableRequest) -> Result<Descriptor> {
+    enable_verity_checked(file, request, &|_, _| Ok(()))
+}
+
+/// Like [`enable_verity`], with `check` called on the new descriptor and the
+/// signature once the tree is built and before anything is committed: an
+/// error from it (a signature policy refusing the file, as the kernel's
+/// `fsverity_verify_signature()` does at this point) undoes the enable and
+/// is returned.
+pub fn enable_verity_checked(
+    file: &File,
+    request: EnableRequest,
+    check: &dyn Fn(&Descriptor, &[u8]) -> Result<()>,
+) -> Result<Descriptor> {
     let params = request.params;
     params.check_kernel_limits()?;
     let sig = request.signature.unwrap_or_default();
@@ -64,7 +120,7 @@ pub fn enable_verity(file: &File, request: EnableRequest) -> Result<Descriptor> 
 
     set_xattr(file, ENABLING_XATTR, &EnablingRecord { data_size }.encode())?;
     file.sync_all()?;
-    let result = write_metadata(file, &location, &params, sig, request.progress)
+    let result = write_metadata(file, &location, &params, sig, request.progress, check)
         .and_then(|descriptor| commit(file, &location).map(|()| descriptor));
     match result {
         Ok(descriptor) => {
@@ -86,6 +142,7 @@ fn write_metadata(
     params: &MerkleTreeParams,
     sig: &[u8],
     progress: &mut dyn FnMut(u64) -> bool,
+    check: &dyn Fn(&Descriptor, &[u8]) -> Result<()>,
 ) -> Result<Descriptor> {
     let data = PositionedReader { file, pos: 0 };
     let sink = TreeWriter {
@@ -102,6 +159,7 @@ fn write_metadata(
     let (descriptor, _) =
         build_merkle_tree(params, location.data_size, data, sink, &mut on_progress)?;
     let descriptor = descriptor.with_sig_size(sig.len() as u32)?;
+    check(&descriptor, sig)?;
     let mut stored = descriptor.to_bytes().to_vec();
     stored.extend_from_slice(sig);
     file.write_all_at(&stored, location.desc_pos)?;

@@ -144,6 +144,10 @@ pub enum SignatureError {
     /// (`EKEYREJECTED`).
     #[error("Incorrect file signature")]
     Rejected,
+    /// Signatures are required and the file has none (`EPERM`, as with
+    /// `fs.verity.require_signatures=1`).
+    #[error("require_signatures=1, rejecting unsigned file!")]
+    Missing,
 }
 
 impl SignatureError {
@@ -154,6 +158,7 @@ impl SignatureError {
             SignatureError::Malformed => libc::EBADMSG,
             SignatureError::KeyNotTrusted => libc::ENOKEY,
             SignatureError::Rejected => libc::EKEYREJECTED,
+            SignatureError::Missing => libc::EPERM,
         }
     }
 }

@@ -13,6 +13,25 @@
 //! feature). It has no FUSE or command line code, so any program
 //! can embed it.
 //!
+//! # Entry points
+//!
+//! | to | use |
+//! |---|---|
+//! | compute a file's fs-verity digest, tree and descriptor (`fsverity digest`) | [`build_merkle_tree`] with [`MerkleTreeParams`], giving a [`Descriptor`] |
+//! | parse a descriptor file, get the digest to trust or sign | [`Descriptor::parse`], [`Descriptor::file_digest`], [`formatted_digest`] |
+//! | turn a file into a verity file in place (`fsverity enable`) | [`enable_verity`] |
+//! | read a verity file with every byte checked | [`VerityFile::open`], [`VerityFile::read_at`] |
+//! | check data shipped with a separate tree and descriptor (downloads) | [`VerityFile::open_detached`] |
+//! | consume verified data as a stream (`io::copy`, parsers) | [`VerifiedReader`] (`Read + Seek`) |
+//! | scrub a verity file for every bad block | [`check::check_file`] |
+//!
+//! Errors are [`Error`]s; [`Error::errno`] gives the errno the kernel
+//! would return, and a failed verification is [`Error::Corrupted`] with a
+//! [`Corruption`] report in the kernel's words (`FILE CORRUPTED! pos=...`).
+//! The `verify_download` example (`crates/verityfs/examples/`) is a complete
+//! program verifying a download against the files `fsverity digest
+//! --out-merkle-tree --out-descriptor` writes.
+//!
 //! ```
 //! use verityfs::{build_merkle_tree, DiscardTree, MerkleTreeParams};
 //!
@@ -39,6 +58,7 @@ pub mod layout;
 pub mod open;
 pub mod params;
 pub mod read_metadata;
+pub mod reader;
 pub mod sha256_mb;
 #[cfg(feature = "openssl")]
 pub mod signature;
@@ -48,11 +68,12 @@ mod verify;
 
 pub use build::{build_merkle_tree, DiscardTree, TreeBuilder, TreeSink};
 pub use descriptor::{formatted_digest, Descriptor};
-pub use enable::{enable_verity, EnableRequest};
+pub use enable::{enable_verity, enable_verity_checked, EnableRequest};
 pub use error::{Corruption, Error, Result, SignatureError};
 pub use geometry::TreeGeometry;
 pub use hash_algs::{Digest, HashAlgorithm, SaltedHasher};
 pub use open::{ReadOptions, Verifier, VerityFile};
 pub use params::{MerkleTreeParams, Salt};
 pub use read_metadata::MetadataType;
+pub use reader::VerifiedReader;
 pub use state::FileState;

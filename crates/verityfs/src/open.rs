@@ -101,6 +101,50 @@ impl VerityFile {
     /// messages. Checks the location record and the descriptor with the
     /// kernel's rules (`EINVAL`), and that the metadata is all there
     /// (`EIO`); `ENODATA` if the file is not a verity file.
+    ///
+    /// The backing file is one [`enable_verity`](crate::enable_verity) made
+    /// (or `fsverity enable` through a `verityfs mount`): data, then tree
+    /// and descriptor, located by the `user.verityfs` extended attribute.
+    /// For data whose tree and descriptor are separate files, see
+    /// [`VerityFile::open_detached`].
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::fs::{File, OpenOptions};
+    /// use verityfs::{enable_verity, EnableRequest, MerkleTreeParams, ReadOptions, Verifier, VerityFile};
+    ///
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("file");
+    /// # let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+    /// # std::fs::write(&path, &data)?;
+    /// # let rw = OpenOptions::new().read(true).write(true).open(&path)?;
+    /// # let request = EnableRequest { params: MerkleTreeParams::default(), signature: None, progress: &mut |_| true };
+    /// # enable_verity(&rw, request)?;
+    /// // One verifier (tree block cache, counters) for all the files a program reads.
+    /// let verifier = Verifier::new(ReadOptions::default());
+    /// let file = VerityFile::open(&verifier, File::open(&path)?, &path)?;
+    /// println!("sha256:{}", file.digest()); // as `fsverity measure` prints it
+    ///
+    /// let mut buf = vec![0u8; 10_000];
+    /// let n = file.read_at(&mut buf, 50_000)?; // like pread, but verified
+    /// assert_eq!(&buf[..n], &data[50_000..60_000]);
+    ///
+    /// // Tamper with the stored data: the read fails (EIO), naming the place.
+    /// # use std::os::unix::fs::FileExt;
+    /// rw.write_all_at(b"X", 55_000)?;
+    /// let verifier = Verifier::new(ReadOptions::default()); // nothing cached
+    /// let file = VerityFile::open(&verifier, File::open(&path)?, &path)?;
+    /// let err = file.read_at(&mut buf, 50_000).unwrap_err();
+    /// assert_eq!(err.errno(), libc::EIO);
+    /// assert!(err.to_string().contains("FILE CORRUPTED! pos=53248, level=-1"));
+    ///
+    /// // Ordinary files are not verity files: ENODATA.
+    /// # std::fs::write(dir.path().join("plain"), b"x")?;
+    /// let plain = File::open(dir.path().join("plain"))?;
+    /// assert_eq!(VerityFile::open(&verifier, plain, "plain".as_ref()).err().unwrap().errno(), libc::ENODATA);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn open(verifier: &Arc<Verifier>, file: File, name: &Path) -> Result<VerityFile> {
         let FileState::Verity(location) = FileState::read(&file)? else {
             return Err(Error::NotVerity);
@@ -182,6 +226,113 @@ impl VerityFile {
     /// The name the file was opened with.
     pub fn name(&self) -> &Path {
         &self.name
+    }
+
+    /// Opens data whose Merkle tree and descriptor are kept apart from it,
+    /// as `fsverity digest --out-merkle-tree=TREE --out-descriptor=DESC
+    /// DATA` writes them: for programs that ship a file and its tree
+    /// separately (downloads, container layers, read-only images).
+    ///
+    /// * `data` holds exactly the descriptor's `data_size` bytes;
+    /// * `tree` holds exactly the Merkle tree, from offset 0 (top level
+    ///   first, as `FS_IOC_READ_VERITY_METADATA` gives it);
+    /// * `descriptor` is the 256-byte `struct fsverity_descriptor`, which
+    ///   may be followed by the built-in signature it announces.
+    ///
+    /// Both files are read with positioned reads, so they must be regular
+    /// files (or block devices), not pipes. Nothing is read from `data`
+    /// here: each [`VerityFile::read_at`] checks what it returns against
+    /// the tree up to the root hash in `descriptor`, whose hash is the file
+    /// digest ([`VerityFile::digest`]). Trusting the data therefore comes
+    /// down to trusting the descriptor: compare the digest with one you
+    /// trust (or check a signature over it) before relying on the data.
+    ///
+    /// Errors: [`Error::InvalidDescriptor`] (`EINVAL`) if the descriptor
+    /// breaks the kernel's rules or the data or tree file does not have the
+    /// size the descriptor implies; the errors of
+    /// [`MerkleTreeParams::check_kernel_limits`](crate::MerkleTreeParams::check_kernel_limits)
+    /// and [`TreeGeometry::check_kernel_limits`] for parameters the kernel
+    /// would refuse; [`Error::Io`] if a file cannot be examined.
+    ///
+    /// The [`location`](VerityFile::location) of such a file has the tree at
+    /// position 0 (of `tree`) and the descriptor right after it, where
+    /// nothing is stored.
+    ///
+    /// ```
+    /// use std::fs::File;
+    /// use std::io::Write;
+    /// use verityfs::{build_merkle_tree, MerkleTreeParams, ReadOptions, Verifier, VerityFile};
+    ///
+    /// // What `fsverity digest --out-merkle-tree --out-descriptor` writes.
+    /// let dir = tempfile::tempdir()?;
+    /// let data = vec![7u8; 100_000];
+    /// let (descriptor, tree) =
+    ///     build_merkle_tree(&MerkleTreeParams::default(), data.len() as u64, &data[..], Vec::new(), &mut |_| Ok(()))?;
+    /// std::fs::write(dir.path().join("data"), &data)?;
+    /// std::fs::write(dir.path().join("tree"), &tree)?;
+    ///
+    /// let verifier = Verifier::new(ReadOptions::default());
+    /// let file = VerityFile::open_detached(
+    ///     &verifier,
+    ///     File::open(dir.path().join("data"))?,
+    ///     File::open(dir.path().join("tree"))?,
+    ///     &descriptor.to_unsigned_bytes(),
+    ///     "data".as_ref(),
+    /// )?;
+    /// assert_eq!(file.digest(), &descriptor.file_digest());
+    /// let mut buf = [0u8; 10];
+    /// assert_eq!(file.read_at(&mut buf, 99_995)?, 5); // short at the end, verified
+    /// assert_eq!(&buf[..5], &[7; 5]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open_detached(
+        verifier: &Arc<Verifier>,
+        data: File,
+        tree: File,
+        descriptor: &[u8],
+        name: &Path,
+    ) -> Result<VerityFile> {
+        let (descriptor, signature) = Descriptor::parse(descriptor)?;
+        let params = *descriptor.params();
+        params.check_kernel_limits()?;
+        let geometry = TreeGeometry::new(&params, descriptor.data_size());
+        geometry.check_kernel_limits()?;
+        if data.metadata()?.len() != descriptor.data_size() {
+            return Err(Error::InvalidDescriptor(
+                "data_size differs from the size of the data file",
+            ));
+        }
+        if tree.metadata()?.len() != geometry.tree_size() {
+            return Err(Error::InvalidDescriptor(
+                "the tree file does not have the size of the tree the descriptor implies",
+            ));
+        }
+        let desc_size = (crate::descriptor::DESCRIPTOR_SIZE + signature.len()) as u32;
+        let location = Location {
+            data_size: descriptor.data_size(),
+            tree_pos: 0,
+            tree_size: geometry.tree_size(),
+            desc_pos: geometry.tree_size(),
+            desc_size,
+        };
+        // Tree readahead is ours to do (see `open_tree_reader`); a hint.
+        let _ = fadvise(&tree, 0, None, Advice::Random);
+        Ok(VerityFile {
+            data,
+            tree,
+            name: name.to_owned(),
+            cache_id: verifier.next_file_id.fetch_add(1, Ordering::Relaxed),
+            location,
+            signature: signature.to_vec(),
+            digest: descriptor.file_digest(),
+            hasher: params.hasher(),
+            descriptor,
+            geometry,
+            verifier: verifier.clone(),
+            stats: Counters::default(),
+            last_end: AtomicU64::new(u64::MAX),
+            readahead_until: AtomicU64::new(0),
+        })
     }
 }
 

@@ -62,6 +62,30 @@ impl fmt::Debug for Salt {
 /// tree block holds at least two hashes), as libfsverity requires; use
 /// [`MerkleTreeParams::check_kernel_limits`] for the narrower range the kernel
 /// accepts for verity files.
+///
+/// # Example
+///
+/// ```
+/// use verityfs::{HashAlgorithm, MerkleTreeParams};
+///
+/// // fsverity's defaults: SHA-256, 4096-byte blocks, no salt.
+/// let default = MerkleTreeParams::default();
+/// assert_eq!((default.hash_algorithm(), default.block_size()), (HashAlgorithm::Sha256, 4096));
+///
+/// // `--hash-alg=sha512 --block-size=1024 --salt=c0ffee`
+/// let params = MerkleTreeParams::new(HashAlgorithm::Sha512, 1024, &[0xc0, 0xff, 0xee])?;
+/// assert_eq!(params.salt().as_bytes(), [0xc0, 0xff, 0xee]);
+/// assert_eq!(params.log_arity(), 4); // 16 hashes of 64 bytes per block
+/// params.check_kernel_limits()?;
+///
+/// // Refused as fsverity refuses them.
+/// assert!(MerkleTreeParams::new(HashAlgorithm::Sha256, 3000, b"").is_err()); // not a power of 2
+/// assert!(MerkleTreeParams::new(HashAlgorithm::Sha256, 4096, &[0; 33]).is_err()); // salt too long
+/// // Valid for a digest, but not for a verity file.
+/// let small = MerkleTreeParams::new(HashAlgorithm::Sha256, 512, b"")?;
+/// assert_eq!(small.check_kernel_limits().unwrap_err().errno(), libc::EINVAL);
+/// # Ok::<(), verityfs::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MerkleTreeParams {
     alg: HashAlgorithm,

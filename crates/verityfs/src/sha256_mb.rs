@@ -19,13 +19,13 @@
 //!   a compression block and its padding is a whole extra block of its own:
 //!   `0x80`, zeroes, and the message length in bits. That block is the same
 //!   for every block of a given size, so its message schedule is computed
-//!   once per call ([`PaddingSchedule`]) and the SHA-NI code runs its 64
+//!   once per call (`PaddingSchedule`) and the SHA-NI code runs its 64
 //!   rounds without any message expansion.
 //!
 //! The hashing's `unsafe` code is all in this module: the SHA-NI functions
 //! (`#[target_feature]`, hence `unsafe fn` under the crate's minimum Rust
 //! version 1.85) and the one call into them, which is reached only through a
-//! [`ShaNi`] token that exists only if the CPU was seen to have the
+//! `ShaNi` token that exists only if the CPU was seen to have the
 //! features. The SIMD code reads and writes memory only through safe slices.
 //!
 //! The module is self-contained (it uses nothing else from the crate) so that

@@ -127,7 +127,11 @@ impl VerityFile {
         let until = self.readahead_until.load(Ordering::Relaxed);
         if until < blocks && e + window / 2 >= until {
             // Continue the window, or start afresh if the stream jumped.
-            let start = if (s..=e + 1).contains(&until) { until } else { s };
+            let start = if (s..=e + 1).contains(&until) {
+                until
+            } else {
+                s
+            };
             let end = (start + window).min(blocks);
             if self.readahead_until.fetch_max(end, Ordering::Relaxed) < end {
                 self.hint_tree_range(0, start, end - 1);

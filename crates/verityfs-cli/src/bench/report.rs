@@ -398,8 +398,8 @@ impl Report {
         let _ = writeln!(t);
         let _ = writeln!(
             t,
-            "{:<48} {:>9}  {:<9} {:<7} {}",
-            "ratio (of the medians)", "value", "target", "", "each run"
+            "{:<48} {:>9}  {:<9} {:<7} each run",
+            "ratio (of the medians)", "value", "target", ""
         );
         for ratio in &summary.ratios {
             let show = |v: f64| {

@@ -1,0 +1,200 @@
+//! The mount-wide built-in signature policy (`--trusted-cert`,
+//! `--require-signatures`) through a real mount, driven by the unmodified
+//! `fsverity` tool, with the kernel's errnos (xfstests generic/577).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+/// A `verityfs mount` child, unmounted and reaped when dropped.
+struct Mount {
+    child: Child,
+    point: PathBuf,
+}
+
+impl Mount {
+    fn new(backing: &Path, point: &Path, extra: &[&str]) -> Mount {
+        let child = Command::new(env!("CARGO_BIN_EXE_verityfs"))
+            .arg("mount")
+            .args([backing, point])
+            .args(extra)
+            .spawn()
+            .expect("spawn verityfs mount");
+        let mount = Mount {
+            child,
+            point: point.to_owned(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let wanted = format!(" {} ", point.display());
+        while !std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(&wanted)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{} never mounted",
+                point.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        mount
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.point).status();
+        let _ = self.child.wait();
+    }
+}
+
+fn run(program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"))
+}
+
+/// `fsverity enable` on `file` with optional `--signature`; its stderr.
+fn enable(file: &Path, sig: Option<&Path>) -> String {
+    let mut args = vec!["enable".to_owned(), file.display().to_string()];
+    if let Some(sig) = sig {
+        args.push(format!("--signature={}", sig.display()));
+    }
+    let out = Command::new("fsverity")
+        .args(&args)
+        .output()
+        .expect("fsverity installed");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A self-signed RSA certificate and key in `dir` named `name`.
+fn make_key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let (key, cert) = (
+        dir.join(format!("{name}.key")),
+        dir.join(format!("{name}.pem")),
+    );
+    let out = run(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            &format!("/CN={name}"),
+            "-keyout",
+            key.to_str().unwrap(),
+            "-out",
+            cert.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "openssl req: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (key, cert)
+}
+
+/// `fsverity sign` of `file` (its plain bytes) with `key`/`cert` into `sig`.
+fn sign(file: &Path, key: &Path, cert: &Path, sig: &Path) {
+    let args = [
+        "sign".to_owned(),
+        file.display().to_string(),
+        sig.display().to_string(),
+        format!("--key={}", key.display()),
+        format!("--cert={}", cert.display()),
+    ];
+    let out = Command::new("fsverity").args(&args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "fsverity sign: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn policy_on_enable_and_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, backing, mnt) = (tmp.path(), tmp.path().join("b"), tmp.path().join("m"));
+    std::fs::create_dir_all(&backing).unwrap();
+    let (key, cert) = make_key(dir, "trusted");
+    let (other_key, other_cert) = make_key(dir, "other");
+    for name in [
+        "unsigned",
+        "signed",
+        "garbage",
+        "untrusted",
+        "wrong",
+        "plain",
+    ] {
+        std::fs::write(
+            backing.join(name),
+            format!("contents of {name}\n").repeat(1000),
+        )
+        .unwrap();
+    }
+    std::fs::write(dir.join("garbage.sig"), b"not a PKCS#7 message").unwrap();
+    sign(
+        &backing.join("signed"),
+        &key,
+        &cert,
+        &dir.join("signed.sig"),
+    );
+    sign(
+        &backing.join("untrusted"),
+        &other_key,
+        &other_cert,
+        &dir.join("untrusted.sig"),
+    );
+    sign(&backing.join("plain"), &key, &cert, &dir.join("wrong.sig")); // another file's digest
+
+    // Without a policy, an unsigned verity file is made...
+    {
+        let _m = Mount::new(&backing, &mnt, &[]);
+        assert_eq!(enable(&mnt.join("plain"), None), "");
+    }
+    let cert_arg = format!("--trusted-cert={}", cert.display());
+    let _m = Mount::new(&backing, &mnt, &[&cert_arg, "--require-signatures"]);
+    let m = |name: &str| mnt.join(name);
+    assert!(enable(&m("unsigned"), None).contains("Operation not permitted"));
+    assert!(enable(&m("garbage"), Some(&dir.join("garbage.sig"))).contains("Bad message"));
+    assert!(enable(&m("untrusted"), Some(&dir.join("untrusted.sig")))
+        .contains("Required key not available"));
+    assert!(
+        enable(&m("wrong"), Some(&dir.join("wrong.sig"))).contains("Key was rejected by service")
+    );
+    assert_eq!(enable(&m("signed"), Some(&dir.join("signed.sig"))), "");
+    // Refused enables leave the files as they were; the signed one reads back.
+    for name in ["unsigned", "garbage", "untrusted", "wrong"] {
+        let out = run("fsverity", &["measure", m(name).to_str().unwrap()]);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("No data available"),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(m("signed")).unwrap(),
+        "contents of signed\n".repeat(1000).as_bytes()
+    );
+    // ...and the unsigned verity file made earlier cannot be opened now.
+    let err = std::fs::read(m("plain")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{err}");
+    // The signature is kept with the file.
+    let dumped = run(
+        env!("CARGO_BIN_EXE_verityfs"),
+        &[
+            "dump_metadata",
+            "signature",
+            backing.join("signed").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        dumped.stdout,
+        std::fs::read(dir.join("signed.sig")).unwrap()
+    );
+}
