@@ -32,9 +32,16 @@ use crate::open::VerityFile;
 use crate::stats::bump;
 
 /// Level-0 tree bytes requested at once ahead of a sequential stream: with
-/// 4 KiB blocks and SHA-256, 1 MiB of hashes covers 128 MiB of data, so a
-/// 250 MB stream costs two or three tree requests.
-const SEQUENTIAL_WINDOW_BYTES: u64 = 1 << 20;
+/// 4 KiB blocks and SHA-256, 2 MiB of hashes covers 256 MiB of data, so a
+/// 250 MB stream costs one level-0 tree request.
+const SEQUENTIAL_WINDOW_BYTES: u64 = 2 << 20;
+
+/// How far from where the previous read ended a read may start and still
+/// count as part of a sequential stream.
+const SEQUENTIAL_SLACK: u64 = 8 << 20;
+
+/// The most of the levels above level 0 read at once.
+const UPPER_LEVELS_BYTES: u64 = 1 << 20;
 
 /// For one read: per level, the last block (index within the level) worth
 /// fetching together with a missing block.
@@ -89,7 +96,10 @@ impl VerityFile {
     /// issues the asynchronous readahead.
     fn plan_tree_reads(&self, first: u64, last: u64, offset: u64, len: usize) -> TreePlan {
         let previous_end = self.last_end.swap(offset + len as u64, Ordering::Relaxed);
-        let sequential = offset == 0 || previous_end == offset;
+        // Requests of one stream may arrive slightly out of order (the
+        // kernel keeps several readahead requests in flight, served by
+        // several threads): near the previous end still counts.
+        let sequential = offset == 0 || offset.abs_diff(previous_end) <= SEQUENTIAL_SLACK;
         let levels = self.geometry.levels();
         if !self.verifier.options.merkle_readahead {
             return TreePlan {
@@ -98,21 +108,50 @@ impl VerityFile {
         }
         let la = self.geometry.log_arity();
         let mut fetch_until = Vec::with_capacity(levels.len());
-        for level in 0..levels.len() {
+        let mut upper_missing = false;
+        for (level, info) in levels.iter().enumerate() {
             let shift = la * (level as u32 + 1);
             let (s, e) = (first >> shift, last >> shift);
-            if level == 0 && sequential {
-                fetch_until.push(self.readahead_level0(s, e));
+            if level == 0 {
+                fetch_until.push(match sequential {
+                    true => self.readahead_level0(s, e),
+                    false => self.hint_needed(0, s, e),
+                });
                 continue;
             }
-            // At submission time: ask for the blocks this read needs now, so
-            // that tree and data I/O overlap.
-            if !self.is_cached(level, s) || !self.is_cached(level, e) {
-                self.hint_tree_range(level, s, e);
-            }
-            fetch_until.push(e);
+            upper_missing |= !self.is_cached(level, s) || !self.is_cached(level, e);
+            // The levels above 0 are small: read each whole, up to a cap.
+            let cap = (UPPER_LEVELS_BYTES >> self.log_block_size()).max(1);
+            fetch_until.push(e.max((s + cap).min(info.num_blocks) - 1));
+        }
+        if upper_missing {
+            self.hint_upper_levels();
         }
         TreePlan { fetch_until }
+    }
+
+    /// Asks, at submission time, for the blocks `s..=e` of `level` this read
+    /// needs if they are not cached, so that tree and data I/O overlap.
+    fn hint_needed(&self, level: usize, s: u64, e: u64) -> u64 {
+        let requested = level == 0 && e < self.readahead_until.load(Ordering::Relaxed);
+        if !requested && (!self.is_cached(level, s) || !self.is_cached(level, e)) {
+            self.hint_tree_range(level, s, e);
+        }
+        e
+    }
+
+    /// Asks for all the levels above level 0 in one request: they are
+    /// stored together at the start of the tree (top level first) and are
+    /// about 1/128 of level 0, so one device request brings them all (up to
+    /// [`UPPER_LEVELS_BYTES`]) instead of one small request per level.
+    fn hint_upper_levels(&self) {
+        let levels = self.geometry.levels();
+        let top = levels.len() - 1;
+        let cap = (UPPER_LEVELS_BYTES >> self.log_block_size()).max(1);
+        let blocks = levels[0].start_block.min(cap);
+        if blocks > 0 {
+            self.hint_tree_range(top, 0, blocks - 1);
+        }
     }
 
     /// Keeps a window of level-0 blocks requested ahead of a sequential
