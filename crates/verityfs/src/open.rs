@@ -169,22 +169,11 @@ impl VerityFile {
         }
         params.check_kernel_limits()?;
         geometry.check_kernel_limits()?;
-        Ok(VerityFile {
-            tree: open_tree_reader(&file)?,
-            data: file,
-            name: name.to_owned(),
-            cache_id: verifier.next_file_id.fetch_add(1, Ordering::Relaxed),
-            location,
-            signature: signature.to_vec(),
-            digest: descriptor.file_digest(),
-            hasher: params.hasher(),
-            descriptor,
-            geometry,
-            verifier: verifier.clone(),
-            stats: Counters::default(),
-            last_end: AtomicU64::new(u64::MAX),
-            readahead_until: AtomicU64::new(0),
-        })
+        let tree = open_tree_reader(&file)?;
+        let files = (file, tree);
+        Ok(Self::assemble(
+            verifier, files, name, location, descriptor, signature, geometry,
+        ))
     }
 
     /// The fs-verity file digest (what `FS_IOC_MEASURE_VERITY` returns),
@@ -317,7 +306,23 @@ impl VerityFile {
         };
         // Tree readahead is ours to do (see `open_tree_reader`); a hint.
         let _ = fadvise(&tree, 0, None, Advice::Random);
-        Ok(VerityFile {
+        let files = (data, tree);
+        Ok(Self::assemble(
+            verifier, files, name, location, descriptor, signature, geometry,
+        ))
+    }
+
+    /// The open file from its checked parts.
+    fn assemble(
+        verifier: &Arc<Verifier>,
+        (data, tree): (File, File),
+        name: &Path,
+        location: Location,
+        descriptor: Descriptor,
+        signature: &[u8],
+        geometry: TreeGeometry,
+    ) -> VerityFile {
+        VerityFile {
             data,
             tree,
             name: name.to_owned(),
@@ -325,14 +330,14 @@ impl VerityFile {
             location,
             signature: signature.to_vec(),
             digest: descriptor.file_digest(),
-            hasher: params.hasher(),
+            hasher: descriptor.params().hasher(),
             descriptor,
             geometry,
             verifier: verifier.clone(),
             stats: Counters::default(),
             last_end: AtomicU64::new(u64::MAX),
             readahead_until: AtomicU64::new(0),
-        })
+        }
     }
 }
 
