@@ -198,3 +198,50 @@ fn policy_on_enable_and_open() {
         std::fs::read(dir.join("signed.sig")).unwrap()
     );
 }
+
+/// Pages the kernel cached before a file became verity were never
+/// verified: the first open after enable must drop them, so a reader sees
+/// the bytes the tree was built over, not a stale cached copy.
+#[test]
+fn pages_cached_before_enable_are_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (backing, mnt) = (tmp.path().join("b"), tmp.path().join("m"));
+    std::fs::create_dir_all(&backing).unwrap();
+    std::fs::write(backing.join("f"), vec![b'a'; 65536]).unwrap();
+    let _m = Mount::new(&backing, &mnt, &[]);
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), vec![b'a'; 65536]); // now cached
+                                                                          // Changed behind the mount's back, then enabled: the tree covers the new bytes.
+    std::fs::write(backing.join("f"), vec![b'b'; 65536]).unwrap();
+    assert_eq!(enable(&mnt.join("f"), None), "");
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), vec![b'b'; 65536]);
+}
+
+/// A descriptor opened before the enable reads verified data afterwards,
+/// as in the kernel where verity belongs to the inode.
+#[test]
+fn descriptors_opened_before_enable_are_verified_after() {
+    use std::io::{Read, Seek};
+    let tmp = tempfile::tempdir().unwrap();
+    let (backing, mnt) = (tmp.path().join("b"), tmp.path().join("m"));
+    std::fs::create_dir_all(&backing).unwrap();
+    std::fs::write(backing.join("f"), vec![b'a'; 65536]).unwrap();
+    let _m = Mount::new(&backing, &mnt, &[]);
+    let mut early = std::fs::File::open(mnt.join("f")).unwrap();
+    assert_eq!(enable(&mnt.join("f"), None), "");
+    // Tamper with the stored data and drop the page cache.
+    let stored = std::fs::OpenOptions::new()
+        .write(true)
+        .open(backing.join("f"))
+        .unwrap();
+    std::os::unix::fs::FileExt::write_at(&stored, b"X", 100).unwrap();
+    std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    let mut buf = Vec::new();
+    early.rewind().unwrap();
+    let err = early.read_to_end(&mut buf).unwrap_err();
+    assert_eq!(
+        err.raw_os_error(),
+        Some(libc::EIO),
+        "read {} bytes",
+        buf.len()
+    );
+}

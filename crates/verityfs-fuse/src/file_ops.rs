@@ -50,8 +50,16 @@ impl VerityFs {
                 inode: inode.clone(),
             };
             // Verified pages may stay in the kernel's cache: the file
-            // cannot change.
-            return Ok((self.handles.insert(handle), FopenFlags::FOPEN_KEEP_CACHE));
+            // cannot change. But pages cached before it became verity (or
+            // before this daemon started) were never verified: the first
+            // open drops them (an open without FOPEN_KEEP_CACHE does).
+            let keep = std::mem::replace(&mut verity.cache_verified, true);
+            let flags = if keep {
+                FopenFlags::FOPEN_KEEP_CACHE
+            } else {
+                FopenFlags::empty()
+            };
+            return Ok((self.handles.insert(handle), flags));
         }
         if write && verity.enabling {
             return Err(Errno::ETXTBSY);
@@ -127,12 +135,18 @@ impl VerityFs {
         // Reused between requests: growing it zero-fills once, not per read.
         buf.resize(size as usize, 0);
         match &*handle {
-            Handle::Verity { file, .. } => file.read_at(buf, offset).map_err(|e| {
-                if let verityfs::Error::Corrupted(c) = &e {
-                    log_corruption(c);
-                }
-                lib_errno(e)
-            }),
+            Handle::Verity { file, .. } => read_verified(file, buf, offset),
+            // Opened before the file became verity: from now on its reads
+            // are verified too, as in the kernel (verity is per inode).
+            Handle::Plain {
+                read: true, inode, ..
+            } if inode
+                .became_verity
+                .load(std::sync::atomic::Ordering::Acquire) =>
+            {
+                let file = self.verity_file(inode, &mut inode.verity())?;
+                read_verified(&*file.ok_or(Errno::EIO)?, buf, offset)
+            }
             Handle::Plain {
                 file, read: true, ..
             } => read_full_at(file, buf, offset),
@@ -193,6 +207,16 @@ impl VerityFs {
         }
         .map_err(Errno::from)
     }
+}
+
+/// A verified read; corruption is logged and answered with `EIO`.
+fn read_verified(file: &verityfs::VerityFile, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
+    file.read_at(buf, offset).map_err(|e| {
+        if let verityfs::Error::Corrupted(c) = &e {
+            log_corruption(c);
+        }
+        lib_errno(e)
+    })
 }
 
 /// `pread` until `buf` is full or the file ends.

@@ -21,6 +21,9 @@ pub struct VerityState {
     /// The open verity file, shared by all readers, once the file is
     /// known to be verity.
     pub file: Option<Arc<VerityFile>>,
+    /// The kernel's page cache of the file holds only pages this daemon
+    /// verified: it was dropped once since the file became verity here.
+    pub cache_verified: bool,
 }
 
 /// One backing object.
@@ -33,6 +36,9 @@ pub struct Inode {
     pub kind: FileType,
     key: (u64, u64),
     verity: Mutex<VerityState>,
+    /// Set when an enable in this daemon succeeded: handles opened before
+    /// it must now read through the verified path too.
+    pub became_verity: std::sync::atomic::AtomicBool,
 }
 
 impl Inode {
@@ -124,6 +130,7 @@ impl InodeTable {
             kind: file_type(st),
             key,
             verity: Mutex::default(),
+            became_verity: Default::default(),
         });
         tables.by_key.insert(key, ino);
         tables.by_ino.insert(

@@ -109,6 +109,9 @@ impl VerityFs {
         let policy = &self.options.signatures;
         let check = |d: &verityfs::Descriptor, sig: &[u8]| Ok(policy.check(d, sig)?);
         let descriptor = enable_verity_checked(&file, request, &check).map_err(lib_errno)?;
+        inode
+            .became_verity
+            .store(true, std::sync::atomic::Ordering::Release);
         tracing::debug!(digest = %descriptor.file_digest(), "enabled verity on inode {}", inode.ino.0);
         Ok(())
     }
