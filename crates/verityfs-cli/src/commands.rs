@@ -78,6 +78,15 @@ const COMMANDS: &[Command] = &[
 ",
     },
     Command {
+        name: "stats",
+        func: crate::cmd_stats::run,
+        longopts: Vec::new,
+        hidden: false,
+        short_desc: "Print the read-path counters of a running verityfs mount as JSON",
+        usage: "    verityfs stats MOUNTPOINT
+",
+    },
+    Command {
         name: "sign",
         func: crate::cmd_sign::run,
         longopts: crate::cmd_sign::longopts,

@@ -10,6 +10,7 @@ mod cmd_enable;
 mod cmd_measure;
 mod cmd_mount;
 mod cmd_sign;
+mod cmd_stats;
 mod cmd_verify;
 mod commands;
 mod file_digest;

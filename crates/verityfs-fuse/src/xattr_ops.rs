@@ -11,6 +11,10 @@ use verityfs::layout::XATTR_PREFIX;
 use crate::fs::VerityFs;
 use crate::inodes::{errno, Inode};
 
+/// A virtual extended attribute of the mount's root directory whose value
+/// is the read path's counters as JSON (what `verityfs stats` prints).
+pub const STATS_XATTR: &str = "user.verityfs.stats";
+
 fn is_private(name: &OsStr) -> bool {
     name.as_bytes().starts_with(XATTR_PREFIX.as_bytes())
 }
@@ -33,6 +37,9 @@ impl VerityFs {
         size: u32,
     ) -> Result<Vec<u8>, Errno> {
         check_kind(inode)?;
+        if inode.ino == fuser::INodeNo::ROOT && name == STATS_XATTR {
+            return Ok(self.stats_json().into_bytes());
+        }
         if is_private(name) {
             return Err(Errno::from_i32(libc::ENODATA));
         }
@@ -87,5 +94,22 @@ impl VerityFs {
             return Err(Errno::from_i32(libc::ENODATA));
         }
         rustix::fs::removexattr(inode.proc_path(), name).map_err(errno)
+    }
+}
+
+impl VerityFs {
+    /// The counters summed over all files, and the cache's size, as JSON.
+    fn stats_json(&self) -> String {
+        let totals = self.verifier.totals().snapshot();
+        let mut fields: Vec<String> = totals
+            .fields()
+            .iter()
+            .map(|(name, value)| format!("  \"{name}\": {value}"))
+            .collect();
+        fields.push(format!(
+            "  \"cache_bytes\": {}",
+            self.verifier.cache_bytes()
+        ));
+        format!("{{\n{}\n}}\n", fields.join(",\n"))
     }
 }

@@ -1,6 +1,8 @@
-//! The mount-wide built-in signature policy (`--trusted-cert`,
-//! `--require-signatures`) through a real mount, driven by the unmodified
-//! `fsverity` tool, with the kernel's errnos (xfstests generic/577).
+//! Mount-wide behaviour through a real mount, driven by the unmodified
+//! `fsverity` tool: the built-in signature policy (`--trusted-cert`,
+//! `--require-signatures`) with the kernel's errnos (xfstests generic/577),
+//! what happens to descriptors and cached pages at enable, and the
+//! counters `verityfs stats` reports.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
@@ -244,4 +246,36 @@ fn descriptors_opened_before_enable_are_verified_after() {
         "read {} bytes",
         buf.len()
     );
+}
+
+/// `verityfs stats` reads the running daemon's counters.
+#[test]
+fn stats_of_a_running_mount() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (backing, mnt) = (tmp.path().join("b"), tmp.path().join("m"));
+    std::fs::create_dir_all(&backing).unwrap();
+    std::fs::write(backing.join("f"), vec![7u8; 3 << 20]).unwrap();
+    let _m = Mount::new(&backing, &mnt, &[]);
+    assert_eq!(enable(&mnt.join("f"), None), "");
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap().len(), 3 << 20);
+    let out = run(
+        env!("CARGO_BIN_EXE_verityfs"),
+        &["stats", mnt.to_str().unwrap()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["data_blocks_verified"], 768, "{stats}");
+    assert_eq!(stats["verification_failures"], 0);
+    assert!(stats["tree_blocks_read"].as_u64().unwrap() >= 7, "{stats}");
+    // Not a verityfs mount: a clear error.
+    let out = run(
+        env!("CARGO_BIN_EXE_verityfs"),
+        &["stats", tmp.path().to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a verityfs mount"));
 }
