@@ -12,125 +12,35 @@
 //! `lsattr`, util-linux's `setpriv` and `python3`; without them they fail
 //! rather than skip.
 
+mod common;
+
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::{mpsc, OnceLock};
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rustix::process::{Pid, Signal};
+use rustix::process::Signal;
 
-/// The program under test.
-const VERITYFS: &str = env!("CARGO_BIN_EXE_verityfs");
-/// The reference `fsverity` program.
-const FSVERITY: &str = "/usr/bin/fsverity";
-/// The unprivileged user (and group) of the permission tests: `nobody`.
-const NOBODY: u32 = 65534;
-/// How long a mount may take to appear.
-const MOUNT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long the daemon may take to exit once unmounted or signalled.
-const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long any helper command may run.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+use common::*;
+
+// ---------------------------------------------------------------------------
+// Helpers of this suite (the shared ones are in `common`)
+// ---------------------------------------------------------------------------
+
 /// The size of the sparse files whose enable takes long enough to be
 /// caught running (as in xfstests' generic/572).
 const HUGE: u64 = 16 << 30;
-/// The kernel's limit on built-in signature sizes.
-const MAX_SIGNATURE_SIZE: usize = 16128;
 /// Where the Merkle tree starts past the data (the layout's alignment).
 const TREE_ALIGNMENT: u64 = 65536;
 /// The layout's extended attributes all start with this.
 const PRIVATE_XATTR_PREFIX: &str = "user.verityfs";
 /// The extended attribute present while an enable runs.
 const ENABLING_XATTR: &str = "user.verityfs.enabling";
-
-// ---------------------------------------------------------------------------
-// Prerequisites and commands
-// ---------------------------------------------------------------------------
-
-/// Fails (once per process, but in every test) unless everything the tests
-/// need is there.
-fn prerequisites() {
-    static CHECKED: OnceLock<Result<(), String>> = OnceLock::new();
-    let checked = CHECKED.get_or_init(|| {
-        if !rustix::process::geteuid().is_root() {
-            return Err("these tests must run as root".into());
-        }
-        match fs::metadata("/dev/fuse") {
-            Ok(m) if m.file_type().is_char_device() => {}
-            Ok(_) => return Err("/dev/fuse is not a character device".into()),
-            Err(e) => return Err(format!("/dev/fuse: {e}")),
-        }
-        for (program, arg) in [
-            (FSVERITY, "--version"),
-            ("chattr", "-V"),
-            ("lsattr", "-V"),
-            ("setpriv", "--version"),
-            ("python3", "--version"),
-        ] {
-            match Command::new(program).arg(arg).output() {
-                Ok(_) => {}
-                Err(e) => return Err(format!("cannot run {program}: {e}")),
-            }
-        }
-        Ok(())
-    });
-    if let Err(e) = checked {
-        panic!("missing prerequisite: {e} (needs root, /dev/fuse, fsverity-utils, e2fsprogs, util-linux, python3)");
-    }
-}
-
-/// Waits for `child` up to `timeout`.
-fn wait_for(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().expect("waiting for a child") {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Runs `cmd` to completion (bounded: a hung mount fails the test instead
-/// of hanging it) and returns its output.
-fn run(cmd: &mut Command) -> Output {
-    let what = format!("{cmd:?}");
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || tx.send(child.wait_with_output()));
-    match rx.recv_timeout(COMMAND_TIMEOUT) {
-        Ok(output) => output.unwrap_or_else(|e| panic!("{what}: {e}")),
-        Err(_) => panic!("{what} did not finish within {COMMAND_TIMEOUT:?}"),
-    }
-}
-
-/// Runs `cmd`, which must succeed; returns its stdout.
-#[track_caller]
-fn run_ok(cmd: &mut Command) -> String {
-    let what = format!("{cmd:?}");
-    let out = run(cmd);
-    assert!(
-        out.status.success(),
-        "{what} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 output")
-}
 
 /// A command run as `nobody`, without supplementary groups.
 fn as_nobody(program: &str) -> Command {
@@ -140,29 +50,6 @@ fn as_nobody(program: &str) -> Command {
         .arg("--clear-groups")
         .arg(program);
     cmd
-}
-
-/// The message `strerror(errno)` gives, as fsverity prints it.
-fn strerror(errno: i32) -> String {
-    let text = io::Error::from_raw_os_error(errno).to_string();
-    match text.find(" (os error") {
-        Some(end) => text[..end].to_owned(),
-        None => text,
-    }
-}
-
-/// Asserts that `result` failed with `errno`.
-#[track_caller]
-fn assert_errno<T: std::fmt::Debug>(result: io::Result<T>, errno: i32, what: &str) {
-    match result {
-        Ok(v) => panic!("{what}: succeeded ({v:?}), expected {}", strerror(errno)),
-        Err(e) => assert_eq!(
-            e.raw_os_error(),
-            Some(errno),
-            "{what}: got {e}, expected {}",
-            strerror(errno)
-        ),
-    }
 }
 
 /// `truncate(2)` of `path` (by a small Python program: neither std nor
@@ -186,39 +73,6 @@ fn truncate(path: &Path, size: u64) -> io::Result<()> {
     }
 }
 
-/// Empties the kernel's page cache, so that the next reads reach the daemon.
-fn drop_caches() {
-    fs::write("/proc/sys/vm/drop_caches", "3").expect("dropping caches");
-}
-
-/// Flips every bit of the byte at `pos` of the (backing) file `path`.
-fn flip_byte(path: &Path, pos: u64) {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8];
-    file.read_exact_at(&mut b, pos).unwrap();
-    file.write_all_at(&[!b[0]], pos).unwrap();
-    file.sync_all().unwrap();
-}
-
-/// `len` pseudo-random bytes from `seed` (SplitMix64: stable and fast).
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
-
 /// The flags `lsattr` shows for `path` (`-d`: directories themselves).
 fn lsattr(path: &Path) -> String {
     let out = run_ok(Command::new("lsattr").arg("-d").arg(path));
@@ -228,25 +82,6 @@ fn lsattr(path: &Path) -> String {
 /// `chattr ARG PATH`, which must succeed.
 fn chattr(arg: &str, path: &Path) {
     run_ok(Command::new("chattr").arg(arg).arg(path));
-}
-
-/// The names of the extended attributes of `path`.
-fn xattr_names(path: &Path) -> io::Result<Vec<String>> {
-    let mut buf = vec![0u8; 64 << 10];
-    let n = rustix::fs::listxattr(path, &mut buf[..])?;
-    Ok(buf[..n]
-        .split(|&b| b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .collect())
-}
-
-/// The value of extended attribute `name` of `path`.
-fn get_xattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; 64 << 10];
-    let n = rustix::fs::getxattr(path, name, &mut buf[..])?;
-    buf.truncate(n);
-    Ok(buf)
 }
 
 /// Asserts that the backing file `path` carries none of the layout's
@@ -259,433 +94,6 @@ fn assert_no_private_xattrs(path: &Path) {
         "{} still has {names:?}",
         path.display()
     );
-}
-
-// ---------------------------------------------------------------------------
-// The fsverity program
-// ---------------------------------------------------------------------------
-
-/// Runs `fsverity ARGS...`.
-fn fsverity<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Output {
-    run(Command::new(FSVERITY).args(args))
-}
-
-/// `fsverity enable PATH PARAMS...`, which must succeed silently.
-#[track_caller]
-fn enable(path: &Path, params: &[&str]) {
-    let out = run_ok(Command::new(FSVERITY).arg("enable").arg(path).args(params));
-    assert_eq!(out, "", "fsverity enable printed something");
-}
-
-/// Asserts that `fsverity enable PATH PARAMS...` fails with `errno`, with
-/// fsverity's exact message.
-#[track_caller]
-fn assert_enable_fails(path: &Path, params: &[&str], errno: i32) {
-    assert_fsverity_fails(
-        Command::new(FSVERITY).arg("enable").arg(path).args(params),
-        "FS_IOC_ENABLE_VERITY",
-        path,
-        errno,
-    );
-}
-
-/// Asserts that `cmd` (an `fsverity` run on `path`) fails with `ioctl`
-/// failing with `errno`.
-#[track_caller]
-fn assert_fsverity_fails(cmd: &mut Command, ioctl: &str, path: &Path, errno: i32) {
-    let what = format!("{cmd:?}");
-    let out = run(cmd);
-    let expected = format!(
-        "ERROR: {ioctl} failed on '{}': {}\n",
-        path.display(),
-        strerror(errno)
-    );
-    assert_eq!(
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).as_ref()
-        ),
-        (Some(1), expected.as_str()),
-        "{what}"
-    );
-}
-
-/// `fsverity measure PATH`: the `ALG:HEX` it prints.
-#[track_caller]
-fn measure(path: &Path) -> String {
-    measure_with(Command::new(FSVERITY).arg("measure").arg(path), path)
-}
-
-/// The `ALG:HEX` a `fsverity measure PATH` command prints.
-#[track_caller]
-fn measure_with(cmd: &mut Command, path: &Path) -> String {
-    let out = run_ok(cmd);
-    let (digest, name) = out
-        .trim_end()
-        .split_once(' ')
-        .unwrap_or_else(|| panic!("odd measure output {out:?}"));
-    assert_eq!(name, path.to_str().unwrap(), "measure output {out:?}");
-    digest.to_owned()
-}
-
-/// `fsverity digest PATH PARAMS...`: the `ALG:HEX` it prints.
-#[track_caller]
-fn digest(path: &Path, params: &[&str]) -> String {
-    let out = run_ok(Command::new(FSVERITY).arg("digest").arg(path).args(params));
-    out.split_whitespace().next().unwrap_or_default().to_owned()
-}
-
-// ---------------------------------------------------------------------------
-// Raw fs-verity ioctls
-// ---------------------------------------------------------------------------
-
-/// `FS_IOC_ENABLE_VERITY`: `_IOW('f', 133, struct fsverity_enable_arg)`.
-const FS_IOC_ENABLE_VERITY: u32 = 0x4080_6685;
-/// `FS_IOC_MEASURE_VERITY`: `_IOWR('f', 134, struct fsverity_digest)`.
-const FS_IOC_MEASURE_VERITY: u32 = 0xc004_6686;
-/// `FS_IOC_READ_VERITY_METADATA`: `_IOWR('f', 135, struct
-/// fsverity_read_metadata_arg)`.
-const FS_IOC_READ_VERITY_METADATA: u32 = 0xc028_6687;
-/// `FS_VERITY_FL`, the inode flag of verity files.
-const FS_VERITY_FL: u32 = 0x0010_0000;
-
-/// A `struct fsverity_enable_arg`, with the salt and signature it points
-/// to. The sizes are always those of the buffers, so that the kernel never
-/// reads past them; every other field may be hostile.
-#[derive(Clone)]
-struct EnableArg {
-    version: u32,
-    hash_algorithm: u32,
-    block_size: u32,
-    salt: Vec<u8>,
-    sig: Vec<u8>,
-    reserved1: u32,
-    reserved2: [u64; 11],
-}
-
-impl Default for EnableArg {
-    fn default() -> Self {
-        EnableArg {
-            version: 1,
-            hash_algorithm: 1,
-            block_size: 4096,
-            salt: Vec::new(),
-            sig: Vec::new(),
-            reserved1: 0,
-            reserved2: [0; 11],
-        }
-    }
-}
-
-/// A raw fs-verity ioctl.
-enum VerityIoctl<'a> {
-    /// `FS_IOC_ENABLE_VERITY`.
-    Enable(&'a EnableArg),
-    /// `FS_IOC_MEASURE_VERITY` with room for `digest_size` bytes.
-    Measure { digest_size: u16 },
-    /// `FS_IOC_READ_VERITY_METADATA` of the Merkle tree's first 4096 bytes.
-    ReadMerkleTree,
-}
-
-/// Issues `request` on `file`; returns the argument buffer as the kernel
-/// left it (for a measure: the `struct fsverity_digest`).
-fn verity_ioctl(file: &File, request: VerityIoctl) -> io::Result<Vec<u8>> {
-    // Buffers the argument points to; they outlive the call.
-    let mut tree_buf = vec![0u8; 4096];
-    let (cmd, mut arg) = match request {
-        VerityIoctl::Enable(e) => {
-            let mut a = vec![0u8; 128];
-            a[0..4].copy_from_slice(&e.version.to_le_bytes());
-            a[4..8].copy_from_slice(&e.hash_algorithm.to_le_bytes());
-            a[8..12].copy_from_slice(&e.block_size.to_le_bytes());
-            a[12..16].copy_from_slice(&(e.salt.len() as u32).to_le_bytes());
-            a[16..24].copy_from_slice(&(e.salt.as_ptr() as u64).to_le_bytes());
-            a[24..28].copy_from_slice(&(e.sig.len() as u32).to_le_bytes());
-            a[28..32].copy_from_slice(&e.reserved1.to_le_bytes());
-            a[32..40].copy_from_slice(&(e.sig.as_ptr() as u64).to_le_bytes());
-            for (i, r) in e.reserved2.iter().enumerate() {
-                a[40 + 8 * i..48 + 8 * i].copy_from_slice(&r.to_le_bytes());
-            }
-            (FS_IOC_ENABLE_VERITY, a)
-        }
-        VerityIoctl::Measure { digest_size } => {
-            let mut a = vec![0u8; 4 + usize::from(digest_size)];
-            a[2..4].copy_from_slice(&digest_size.to_le_bytes());
-            (FS_IOC_MEASURE_VERITY, a)
-        }
-        VerityIoctl::ReadMerkleTree => {
-            let mut a = vec![0u8; 40];
-            a[0..8].copy_from_slice(&1u64.to_le_bytes());
-            a[16..24].copy_from_slice(&(tree_buf.len() as u64).to_le_bytes());
-            a[24..32].copy_from_slice(&(tree_buf.as_mut_ptr() as u64).to_le_bytes());
-            (FS_IOC_READ_VERITY_METADATA, a)
-        }
-    };
-    // SAFETY: `arg` is the argument structure `cmd` takes, at least as
-    // large as the kernel reads or writes (`_IOC_SIZE(cmd)`, or for
-    // MEASURE the header plus the `digest_size` it announces), and each
-    // pointer inside it refers to a live buffer (`EnableArg`'s salt and
-    // signature, `tree_buf`) at least as long as the length stored beside
-    // it; all of them outlive the call.
-    let rc = unsafe { libc::ioctl(file.as_raw_fd(), cmd as libc::Ioctl, arg.as_mut_ptr()) };
-    drop(tree_buf);
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(arg)
-    }
-}
-
-/// Raw `FS_IOC_ENABLE_VERITY` on `path` opened read-only.
-fn raw_enable(path: &Path, arg: &EnableArg) -> io::Result<()> {
-    verity_ioctl(&File::open(path)?, VerityIoctl::Enable(arg)).map(drop)
-}
-
-/// Raw `FS_IOC_MEASURE_VERITY` on `path`: `ALG:HEX` as fsverity prints it.
-fn raw_measure(path: &Path, digest_size: u16) -> io::Result<String> {
-    let out = verity_ioctl(&File::open(path)?, VerityIoctl::Measure { digest_size })?;
-    let alg = match u16::from_le_bytes([out[0], out[1]]) {
-        1 => "sha256".to_owned(),
-        2 => "sha512".to_owned(),
-        n => format!("ALG_{n}"),
-    };
-    let size = usize::from(u16::from_le_bytes([out[2], out[3]]));
-    let digest = out
-        .get(4..4 + size)
-        .unwrap_or_else(|| panic!("digest_size {size} does not fit the {digest_size}-byte buffer"));
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("{alg}:{hex}"))
-}
-
-// ---------------------------------------------------------------------------
-// Mounts
-// ---------------------------------------------------------------------------
-
-/// A `verityfs mount` of a fresh backing directory, run as a child process.
-/// Dropping it unmounts (lazily if busy), reaps the daemon (killing it if it
-/// does not exit), clears `chattr +a/+i` flags and removes the directory.
-struct Mount {
-    /// Holds the directories; removed last.
-    _root: tempfile::TempDir,
-    /// The backing directory.
-    backing: PathBuf,
-    /// The mount point.
-    mnt: PathBuf,
-    /// Files kept outside the mount (originals to compare with).
-    scratch: PathBuf,
-    /// The daemon's stdout and stderr.
-    log: PathBuf,
-    daemon: Option<Child>,
-}
-
-impl Mount {
-    /// A default mount.
-    fn new() -> Mount {
-        Mount::with_args(&[])
-    }
-
-    /// A mount with extra `verityfs mount` arguments (`-o allow_other`...).
-    fn with_args(args: &[&str]) -> Mount {
-        prerequisites();
-        let root = tempfile::Builder::new()
-            .prefix("verityfs-mount-test")
-            .tempdir()
-            .expect("creating a temporary directory");
-        // Other users must reach the mount point (permission tests).
-        fs::set_permissions(root.path(), Permissions::from_mode(0o755)).unwrap();
-        let base = root.path().canonicalize().unwrap();
-        let mut mount = Mount {
-            backing: base.join("backing"),
-            mnt: base.join("mnt"),
-            scratch: base.join("scratch"),
-            log: base.join("daemon.log"),
-            _root: root,
-            daemon: None,
-        };
-        for dir in [&mount.backing, &mount.mnt, &mount.scratch] {
-            fs::create_dir(dir).unwrap();
-            fs::set_permissions(dir, Permissions::from_mode(0o755)).unwrap();
-        }
-        mount.start(args);
-        mount
-    }
-
-    /// `name` in the mount.
-    fn path(&self, name: &str) -> PathBuf {
-        self.mnt.join(name)
-    }
-
-    /// `name` in the backing directory.
-    fn backing(&self, name: &str) -> PathBuf {
-        self.backing.join(name)
-    }
-
-    /// `name` in the scratch directory (outside the mount).
-    fn scratch(&self, name: &str) -> PathBuf {
-        self.scratch.join(name)
-    }
-
-    /// What the daemon printed.
-    fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Starts the daemon and waits until the mount is there; fails with the
-    /// daemon's output if it exits or takes too long.
-    fn start(&mut self, args: &[&str]) {
-        assert!(self.daemon.is_none(), "already mounted");
-        let log = File::create(&self.log).unwrap();
-        let child = Command::new(VERITYFS)
-            .arg("mount")
-            .arg(&self.backing)
-            .arg(&self.mnt)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("starting verityfs mount");
-        let daemon = self.daemon.insert(child);
-        let deadline = Instant::now() + MOUNT_TIMEOUT;
-        while !is_mounted(&self.mnt) {
-            if let Some(status) = daemon.try_wait().unwrap() {
-                self.daemon = None;
-                panic!(
-                    "verityfs mount {args:?} exited ({status}) without mounting:\n{}",
-                    self.log()
-                );
-            }
-            if Instant::now() >= deadline {
-                panic!(
-                    "verityfs mount {args:?} did not mount within {MOUNT_TIMEOUT:?}:\n{}",
-                    self.log()
-                );
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// The daemon's process id.
-    fn daemon_pid(&self) -> Pid {
-        Pid::from_child(self.daemon.as_ref().expect("mounted"))
-    }
-
-    /// Waits for the daemon to exit by itself (bounded) and checks that the
-    /// mount is gone; returns its exit status.
-    #[track_caller]
-    fn wait_daemon(&mut self) -> ExitStatus {
-        let daemon = self.daemon.as_mut().expect("mounted");
-        let status = wait_for(daemon, EXIT_TIMEOUT).unwrap_or_else(|| {
-            panic!(
-                "the daemon did not exit within {EXIT_TIMEOUT:?}:\n{}",
-                self.log()
-            )
-        });
-        self.daemon = None;
-        assert!(
-            !is_mounted(&self.mnt),
-            "still mounted after the daemon exited"
-        );
-        status
-    }
-
-    /// Unmounts with `umount`, as a user would, and checks that the daemon
-    /// exits with status 0.
-    #[track_caller]
-    fn unmount(&mut self) {
-        run_ok(Command::new("umount").arg(&self.mnt));
-        let status = self.wait_daemon();
-        assert_eq!(
-            status.code(),
-            Some(0),
-            "daemon exit: {status}:\n{}",
-            self.log()
-        );
-    }
-
-    /// Kills the daemon with SIGKILL (a crash) and removes the dead mount.
-    fn kill_daemon(&mut self) {
-        let mut daemon = self.daemon.take().expect("mounted");
-        daemon.kill().unwrap();
-        daemon.wait().unwrap();
-        run_ok(Command::new("umount").arg("-l").arg(&self.mnt));
-        assert!(!is_mounted(&self.mnt));
-    }
-
-    /// Unmounts cleanly and mounts the same backing directory again with
-    /// `args`.
-    #[track_caller]
-    fn remount(&mut self, args: &[&str]) {
-        self.unmount();
-        self.start(args);
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if let Some(mut daemon) = self.daemon.take() {
-            if is_mounted(&self.mnt) {
-                let unmounted = Command::new("umount")
-                    .arg(&self.mnt)
-                    .stderr(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success());
-                if !unmounted {
-                    let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-                }
-            }
-            if wait_for(&mut daemon, EXIT_TIMEOUT).is_none() {
-                let _ = daemon.kill();
-                let _ = daemon.wait();
-            }
-            if is_mounted(&self.mnt) {
-                let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
-            }
-        }
-        // Append-only and immutable files could not be removed.
-        let _ = Command::new("chattr")
-            .args(["-R", "-f", "-ai"])
-            .arg(&self.backing)
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-/// Whether `path` is a mount point (of this process' namespace).
-fn is_mounted(path: &Path) -> bool {
-    let escaped = path
-        .to_str()
-        .expect("UTF-8 path")
-        .replace('\\', "\\134")
-        .replace(' ', "\\040")
-        .replace('\t', "\\011")
-        .replace('\n', "\\012");
-    fs::read_to_string("/proc/self/mountinfo")
-        .expect("reading /proc/self/mountinfo")
-        .lines()
-        .any(|line| line.split(' ').nth(4) == Some(escaped.as_str()))
-}
-
-/// A child process killed (and reaped, if it goes) when dropped.
-struct Spawned(Child);
-
-impl Spawned {
-    fn new(cmd: &mut Command) -> Spawned {
-        Spawned(cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}")))
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_child(&self.0)
-    }
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        // Bounded: a process stuck in a hung mount is freed when the
-        // mount's guard kills the daemon.
-        let _ = wait_for(&mut self.0, EXIT_TIMEOUT);
-    }
 }
 
 /// Starts `fsverity enable` on a sparse file of [`HUGE`] bytes in `m`, and
@@ -707,21 +115,6 @@ fn start_huge_enable(m: &Mount, name: &str) -> Spawned {
         thread::sleep(Duration::from_millis(5));
     }
     enabling
-}
-
-/// Writes `data` to `name` through the mount and keeps a copy in scratch.
-fn write_file(m: &Mount, name: &str, data: &[u8]) -> PathBuf {
-    fs::write(m.scratch(name), data).unwrap();
-    fs::write(m.path(name), data).unwrap();
-    m.path(name)
-}
-
-/// A verity file `name` of `size` random bytes, enabled with default
-/// parameters; returns its data.
-fn verity_file(m: &Mount, name: &str, size: usize) -> Vec<u8> {
-    let data = random_bytes(size, size as u64 ^ 0x5eed);
-    enable(&write_file(m, name, &data), &[]);
-    data
 }
 
 // ---------------------------------------------------------------------------

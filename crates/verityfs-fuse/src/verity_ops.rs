@@ -20,6 +20,12 @@ use crate::ioctl::{
 /// How often a long enable looks whether its caller was killed.
 const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(20);
 
+/// How long an enable waits for the releases of writers just closed before
+/// giving `ETXTBSY` (see `begin_enable`).
+const RELEASE_GRACE: Duration = Duration::from_millis(200);
+/// How often it looks meanwhile.
+const RELEASE_POLL: Duration = Duration::from_millis(1);
+
 impl VerityFs {
     /// `FS_IOC_ENABLE_VERITY`, checked in the kernel's order: the argument;
     /// `file_permission(MAY_WRITE)` (`inode_permission()`: read-only
@@ -68,9 +74,20 @@ impl VerityFs {
     /// The checks that need the inode's lock, then marks the enable as
     /// running (new writers get `ETXTBSY`, a second enable `EBUSY`).
     fn begin_enable(&self, inode: &Inode, arg: &EnableArg) -> Result<(), Errno> {
+        // The kernel sends FUSE_RELEASE in the background once close(2)
+        // has returned, so a writer closed just before this enable may
+        // still be counted: give such releases a moment to arrive before
+        // answering ETXTBSY (the kernel's own count drops before close(2)
+        // returns).
+        let deadline = Instant::now() + RELEASE_GRACE;
         let mut verity = inode.verity();
-        if verity.writers > 0 {
-            return Err(Errno::ETXTBSY);
+        while verity.writers > 0 {
+            if Instant::now() >= deadline {
+                return Err(Errno::ETXTBSY);
+            }
+            drop(verity);
+            std::thread::sleep(RELEASE_POLL);
+            verity = inode.verity();
         }
         let params = arg.params()?;
         let size = inode.stat()?.st_size as u64;
