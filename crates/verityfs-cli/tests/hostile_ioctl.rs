@@ -54,37 +54,6 @@ const CHECK_EVERY: usize = 500;
 // Random numbers
 // ---------------------------------------------------------------------------
 
-/// SplitMix64: small, seedable, good enough.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n` > 0).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    /// True with probability `percent`/100.
-    fn percent(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-
-    fn u32(&mut self) -> u32 {
-        self.next() as u32
-    }
-}
-
 /// An environment variable parsed as a number (decimal or 0x hex).
 fn env_number(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
