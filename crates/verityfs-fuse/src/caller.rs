@@ -40,8 +40,17 @@ impl Caller {
         mode & 0o002 != 0
     }
 
-    /// Supplementary groups, from `/proc/<pid>/status` (empty if gone).
-    fn groups(&self) -> Vec<u32> {
+    /// Supplementary groups, from `/proc/<pid>/status`. Empty (the least
+    /// privilege) if the process is gone or its filesystem uid and gid are
+    /// no longer the request's: its pid may have been reused.
+    pub fn groups(&self) -> Vec<u32> {
+        let fs_id = |name| {
+            self.status_field(name)
+                .and_then(|v| v.split_whitespace().nth(3)?.parse::<u32>().ok())
+        };
+        if fs_id("Uid:") != Some(self.uid) || fs_id("Gid:") != Some(self.gid) {
+            return Vec::new();
+        }
         self.status_field("Groups:")
             .map(|v| {
                 v.split_whitespace()

@@ -24,8 +24,10 @@ impl VerityFs {
         name: &OsStr,
         mode: u32,
     ) -> Result<FileAttr, Errno> {
-        rustix::fs::mkdirat(&parent.fd, name, Mode::from_raw_mode(mode)).map_err(errno)?;
-        self.finish_create(caller, parent, name)
+        self.as_caller(&caller, || {
+            rustix::fs::mkdirat(&parent.fd, name, Mode::from_raw_mode(mode)).map_err(errno)
+        })?;
+        self.finish_create(parent, name)
     }
 
     /// `mknod`, as the caller.
@@ -38,15 +40,11 @@ impl VerityFs {
         rdev: u32,
     ) -> Result<FileAttr, Errno> {
         let kind = rustix::fs::FileType::from_raw_mode(mode);
-        rustix::fs::mknodat(
-            &parent.fd,
-            name,
-            kind,
-            Mode::from_raw_mode(mode),
-            rdev.into(),
-        )
-        .map_err(errno)?;
-        self.finish_create(caller, parent, name)
+        let perm = Mode::from_raw_mode(mode);
+        self.as_caller(&caller, || {
+            rustix::fs::mknodat(&parent.fd, name, kind, perm, rdev.into()).map_err(errno)
+        })?;
+        self.finish_create(parent, name)
     }
 
     /// `symlink`, as the caller.
@@ -57,53 +55,58 @@ impl VerityFs {
         name: &OsStr,
         target: &Path,
     ) -> Result<FileAttr, Errno> {
-        rustix::fs::symlinkat(target, &parent.fd, name).map_err(errno)?;
-        self.finish_create(caller, parent, name)
+        self.as_caller(&caller, || {
+            rustix::fs::symlinkat(target, &parent.fd, name).map_err(errno)
+        })?;
+        self.finish_create(parent, name)
     }
 
-    fn finish_create(
-        &self,
-        caller: Caller,
-        parent: &Inode,
-        name: &OsStr,
-    ) -> Result<FileAttr, Errno> {
-        let (inode, _) = self.lookup_child(parent, name)?;
-        self.chown_new(&inode.fd, caller.uid, caller.gid)?;
-        self.attr(&inode)
+    /// The entry of an object just created as the caller. Nothing is done
+    /// to what the name now refers to: created as the caller, it needs no
+    /// change of owner, and if a renamer put another object there, the
+    /// entry is simply that object's, as a lookup would give.
+    fn finish_create(&self, parent: &Inode, name: &OsStr) -> Result<FileAttr, Errno> {
+        Ok(self.lookup_child(parent, name)?.1)
     }
 
     /// `link`: another name for `inode` (verity files stay verity: the
     /// metadata belongs to the inode).
     pub(crate) fn make_link(
         &self,
+        caller: Caller,
         inode: &Inode,
         parent: &Inode,
         name: &OsStr,
     ) -> Result<FileAttr, Errno> {
-        rustix::fs::linkat(
-            CWD,
-            inode.proc_path(),
-            &parent.fd,
-            name,
-            AtFlags::SYMLINK_FOLLOW,
-        )
-        .map_err(errno)?;
+        self.as_caller(&caller, || {
+            let flags = AtFlags::SYMLINK_FOLLOW;
+            rustix::fs::linkat(CWD, inode.proc_path(), &parent.fd, name, flags).map_err(errno)
+        })?;
         Ok(self.lookup_child(parent, name)?.1)
     }
 
     /// `unlink` and `rmdir`.
-    pub(crate) fn remove(&self, parent: &Inode, name: &OsStr, dir: bool) -> Result<(), Errno> {
+    pub(crate) fn remove(
+        &self,
+        caller: Caller,
+        parent: &Inode,
+        name: &OsStr,
+        dir: bool,
+    ) -> Result<(), Errno> {
         let flags = if dir {
             AtFlags::REMOVEDIR
         } else {
             AtFlags::empty()
         };
-        rustix::fs::unlinkat(&parent.fd, name, flags).map_err(errno)
+        self.as_caller(&caller, || {
+            rustix::fs::unlinkat(&parent.fd, name, flags).map_err(errno)
+        })
     }
 
     /// `rename`, with `renameat2` flags.
     pub(crate) fn rename(
         &self,
+        caller: Caller,
         parent: &Inode,
         name: &OsStr,
         new_parent: &Inode,
@@ -111,7 +114,10 @@ impl VerityFs {
         flags: RenameFlags,
     ) -> Result<(), Errno> {
         let flags = rustix::fs::RenameFlags::from_bits_retain(flags.bits());
-        rustix::fs::renameat_with(&parent.fd, name, &new_parent.fd, new_name, flags).map_err(errno)
+        self.as_caller(&caller, || {
+            rustix::fs::renameat_with(&parent.fd, name, &new_parent.fd, new_name, flags)
+                .map_err(errno)
+        })
     }
 
     /// `readlink`.

@@ -36,6 +36,7 @@ impl VerityFs {
     /// while an enable runs (`ETXTBSY`).
     pub(crate) fn open_file(
         &self,
+        caller: Caller,
         inode: &Arc<Inode>,
         flags: OpenFlags,
     ) -> Result<(FileHandle, FopenFlags), Errno> {
@@ -65,7 +66,7 @@ impl VerityFs {
             return Err(Errno::ETXTBSY);
         }
         let oflags = OFlags::from_bits_retain((flags.0 & !CREATE_ONLY) as u32);
-        let file = self.open_backing(inode, oflags)?;
+        let file = self.as_caller(&caller, || self.open_backing(inode, oflags))?;
         if write {
             verity.writers += 1;
         }
@@ -93,9 +94,10 @@ impl VerityFs {
             OFlags::from_bits_retain((flags | libc::O_CREAT) as u32 & !(libc::O_NOCTTY as u32))
                 | OFlags::CLOEXEC
                 | OFlags::NOFOLLOW;
-        let fd = rustix::fs::openat(&parent.fd, name, oflags, Mode::from_raw_mode(mode & !umask))
-            .map_err(errno)?;
-        self.chown_new(&fd, caller.uid, caller.gid)?;
+        let mode = Mode::from_raw_mode(mode & !umask);
+        let fd = self.as_caller(&caller, || {
+            rustix::fs::openat(&parent.fd, name, oflags, mode).map_err(errno)
+        })?;
         let (inode, attr) = self.lookup_child(parent, name)?;
         let write = wants_write(OpenFlags(flags));
         if write {
@@ -156,9 +158,11 @@ impl VerityFs {
     }
 
     /// `write`: ordinary files only (verity files are never open for
-    /// writing).
+    /// writing), as the caller, so that the backing filesystem's quotas and
+    /// reserved blocks apply to them.
     pub(crate) fn write_file(
         &self,
+        caller: Caller,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -166,10 +170,10 @@ impl VerityFs {
         match &*self.handles.get(fh)? {
             Handle::Plain {
                 file, write: true, ..
-            } => {
+            } => self.writing_as(&caller, || {
                 file.write_all_at(data, offset).map_err(Errno::from)?;
                 Ok(data.len() as u32)
-            }
+            }),
             _ => Err(Errno::EBADF),
         }
     }
@@ -187,6 +191,7 @@ impl VerityFs {
     /// `__fsverity_prepare_setattr()`) and during an enable (`ETXTBSY`).
     pub(crate) fn truncate(
         &self,
+        caller: Caller,
         inode: &Inode,
         fh: Option<FileHandle>,
         size: u64,
@@ -199,13 +204,15 @@ impl VerityFs {
             return Err(Errno::ETXTBSY);
         }
         let handle = fh.map(|fh| self.handles.get(fh)).transpose()?;
-        match handle.as_deref() {
-            Some(Handle::Plain {
-                file, write: true, ..
-            }) => file.set_len(size),
-            _ => self.open_backing(inode, OFlags::WRONLY)?.set_len(size),
-        }
-        .map_err(Errno::from)
+        self.as_caller(&caller, || {
+            match handle.as_deref() {
+                Some(Handle::Plain {
+                    file, write: true, ..
+                }) => file.set_len(size),
+                _ => self.open_backing(inode, OFlags::WRONLY)?.set_len(size),
+            }
+            .map_err(Errno::from)
+        })
     }
 }
 

@@ -63,6 +63,7 @@ fn to_timespec(t: Option<TimeOrNow>) -> rustix::fs::Timespec {
 impl VerityFs {
     fn set_attr(
         &self,
+        caller: Caller,
         ino: INodeNo,
         mode: Option<u32>,
         owner: (Option<u32>, Option<u32>),
@@ -72,8 +73,21 @@ impl VerityFs {
     ) -> Result<fuser::FileAttr, Errno> {
         let inode = self.inode(ino)?;
         if let Some(size) = size {
-            self.truncate(&inode, fh, size)?;
+            self.truncate(caller, &inode, fh, size)?;
         }
+        self.as_caller(&caller, || self.change_inode(&inode, mode, owner, times))?;
+        self.attr(&inode)
+    }
+
+    /// The mode, owner and times of `inode`, changed through its own
+    /// descriptor (never by name).
+    fn change_inode(
+        &self,
+        inode: &crate::inodes::Inode,
+        mode: Option<u32>,
+        owner: (Option<u32>, Option<u32>),
+        times: (Option<TimeOrNow>, Option<TimeOrNow>),
+    ) -> Result<(), Errno> {
         if let Some(mode) = mode {
             let mode = rustix::fs::Mode::from_raw_mode(mode & 0o7777);
             rustix::fs::chmodat(
@@ -103,7 +117,7 @@ impl VerityFs {
             )
             .map_err(crate::inodes::errno)?;
         }
-        self.attr(&inode)
+        Ok(())
     }
 
     fn ioctl_op(
@@ -117,9 +131,13 @@ impl VerityFs {
             FS_IOC_ENABLE_VERITY => self.enable(caller(req), fh, input).map(|()| Vec::new()),
             FS_IOC_MEASURE_VERITY => self.measure(fh, input),
             FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => Ok(self.get_flags(fh)?.to_le_bytes().to_vec()),
-            FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => self.set_flags(fh, input).map(|()| Vec::new()),
+            FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
+                self.set_flags(caller(req), fh, input).map(|()| Vec::new())
+            }
             FS_IOC_FSGETXATTR => self.get_fsxattr(fh),
-            FS_IOC_FSSETXATTR => self.set_fsxattr(fh, input).map(|()| Vec::new()),
+            FS_IOC_FSSETXATTR => self
+                .set_fsxattr(caller(req), fh, input)
+                .map(|()| Vec::new()),
             // FS_IOC_READ_VERITY_METADATA included: the kernel gives us no
             // way to write the caller's buffer.
             _ => Err(Errno::ENOTTY),
@@ -165,7 +183,7 @@ impl Filesystem for VerityFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -181,7 +199,15 @@ impl Filesystem for VerityFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let result = self.set_attr(ino, mode, (uid, gid), size, (atime, mtime), fh);
+        let result = self.set_attr(
+            caller(req),
+            ino,
+            mode,
+            (uid, gid),
+            size,
+            (atime, mtime),
+            fh,
+        );
         reply_with!(reply, result, |attr| reply.attr(&TTL, &attr));
     }
 
@@ -229,15 +255,17 @@ impl Filesystem for VerityFs {
         ));
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let result = self
             .inode(parent)
-            .and_then(|p| self.remove(&p, name, false));
+            .and_then(|p| self.remove(caller(req), &p, name, false));
         reply_with!(reply, result, |()| reply.ok());
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = self.inode(parent).and_then(|p| self.remove(&p, name, true));
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self
+            .inode(parent)
+            .and_then(|p| self.remove(caller(req), &p, name, true));
         reply_with!(reply, result, |()| reply.ok());
     }
 
@@ -261,7 +289,7 @@ impl Filesystem for VerityFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -272,13 +300,13 @@ impl Filesystem for VerityFs {
         let result = self
             .inode(parent)
             .and_then(|p| Ok((p, self.inode(newparent)?)))
-            .and_then(|(p, np)| self.rename(&p, name, &np, newname, flags));
+            .and_then(|(p, np)| self.rename(caller(req), &p, name, &np, newname, flags));
         reply_with!(reply, result, |()| reply.ok());
     }
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
@@ -287,7 +315,7 @@ impl Filesystem for VerityFs {
         let result = self
             .inode(ino)
             .and_then(|i| Ok((i, self.inode(newparent)?)))
-            .and_then(|(i, np)| self.make_link(&i, &np, newname));
+            .and_then(|(i, np)| self.make_link(caller(req), &i, &np, newname));
         reply_with!(reply, result, |attr| reply.entry(
             &TTL,
             &attr,
@@ -295,8 +323,10 @@ impl Filesystem for VerityFs {
         ));
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let result = self.inode(ino).and_then(|i| self.open_file(&i, flags));
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let result = self
+            .inode(ino)
+            .and_then(|i| self.open_file(caller(req), &i, flags));
         reply_with!(reply, result, |(fh, fopen)| reply.opened(fh, fopen));
     }
 
@@ -319,7 +349,7 @@ impl Filesystem for VerityFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -329,7 +359,7 @@ impl Filesystem for VerityFs {
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        reply_with!(reply, self.write_file(fh, offset, data), |n| reply
+        reply_with!(reply, self.write_file(caller(req), fh, offset, data), |n| reply
             .written(n));
     }
 
@@ -435,7 +465,7 @@ impl Filesystem for VerityFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -445,7 +475,7 @@ impl Filesystem for VerityFs {
     ) {
         let result = self
             .inode(ino)
-            .and_then(|i| self.set_xattr(&i, name, value, flags));
+            .and_then(|i| self.set_xattr(caller(req), &i, name, value, flags));
         reply_with!(reply, result, |()| reply.ok());
     }
 
@@ -459,8 +489,10 @@ impl Filesystem for VerityFs {
         reply_with!(reply, result, |names| xattr_reply(reply, size, &names));
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = self.inode(ino).and_then(|i| self.remove_xattr(&i, name));
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = self
+            .inode(ino)
+            .and_then(|i| self.remove_xattr(caller(req), &i, name));
         reply_with!(reply, result, |()| reply.ok());
     }
 

@@ -13,6 +13,8 @@ use rustix::fs::{Mode, OFlags, Stat, CWD};
 use verityfs::{FileState, ReadOptions, Verifier, VerityFile};
 
 use crate::attr::to_file_attr;
+use crate::caller::Caller;
+use crate::creds::Groups;
 use crate::handles::HandleTable;
 use crate::inodes::{errno, Inode, InodeTable, VerityState};
 use crate::policy::SignaturePolicy;
@@ -50,8 +52,9 @@ pub struct VerityFs {
     pub(crate) handles: HandleTable,
     pub(crate) verifier: Arc<Verifier>,
     pub(crate) options: MountOptions,
-    /// The daemon runs as root: new files are given to their creator.
-    pub(crate) as_root: bool,
+    /// The daemon runs as root: requests run with their callers'
+    /// credentials.
+    pub(crate) switch_creds: bool,
 }
 
 impl VerityFs {
@@ -73,7 +76,7 @@ impl VerityFs {
             handles: HandleTable::default(),
             verifier: Verifier::new(options.read),
             options,
-            as_root: rustix::process::geteuid().is_root(),
+            switch_creds: crate::creds::can_switch(),
         })
     }
 
@@ -179,24 +182,25 @@ impl VerityFs {
         Ok(File::from(fd))
     }
 
-    /// Gives a new backing object to the caller, as the kernel would have
-    /// created it as them (only needed when the daemon runs as root).
-    pub(crate) fn chown_new(&self, fd: impl AsFd, uid: u32, gid: u32) -> Result<(), Errno> {
-        if !self.as_root || uid == 0 && gid == 0 {
-            return Ok(());
-        }
-        let owner = (
-            Some(rustix::fs::Uid::from_raw(uid)),
-            Some(rustix::fs::Gid::from_raw(gid)),
-        );
-        rustix::fs::chownat(
-            fd,
-            "",
-            owner.0,
-            owner.1,
-            rustix::fs::AtFlags::EMPTY_PATH | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .map_err(errno)
+    /// Runs `f` with the credentials of `caller` (see `creds`): every
+    /// change to the backing store made on a user's behalf goes through
+    /// here.
+    pub(crate) fn as_caller<T>(
+        &self,
+        caller: &Caller,
+        f: impl FnOnce() -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        crate::creds::run_as(self.switch_creds, caller, Groups::Caller, f)
+    }
+
+    /// Like [`VerityFs::as_caller`] without the caller's supplementary
+    /// groups, for writes through a descriptor already open.
+    pub(crate) fn writing_as<T>(
+        &self,
+        caller: &Caller,
+        f: impl FnOnce() -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
+        crate::creds::run_as(self.switch_creds, caller, Groups::None, f)
     }
 
     /// The inode `ino`.

@@ -11,6 +11,7 @@
 
 mod attr;
 mod caller;
+mod creds;
 mod dir_ops;
 mod file_ops;
 mod filesystem;

@@ -66,7 +66,7 @@ impl VerityFs {
             _ => {}
         }
         self.begin_enable(&inode, &arg)?;
-        let result = self.run_enable(caller, &inode, arg);
+        let result = self.as_caller(&caller, || self.run_enable(caller, &inode, arg));
         inode.verity().enabling = false;
         result
     }
@@ -170,10 +170,15 @@ impl VerityFs {
 
     /// `FS_IOC_SETFLAGS` (`chattr`): passed to the backing file; the verity
     /// flag cannot be set or cleared this way.
-    pub(crate) fn set_flags(&self, fh: FileHandle, input: &[u8]) -> Result<(), Errno> {
+    pub(crate) fn set_flags(
+        &self,
+        caller: Caller,
+        fh: FileHandle,
+        input: &[u8],
+    ) -> Result<(), Errno> {
         let flags = input.get(..4).ok_or(Errno::EINVAL)?;
         let flags = u32::from_le_bytes(flags.try_into().expect("4 bytes"));
-        self.set_backing_flags(self.handles.get(fh)?.inode(), flags)
+        self.set_backing_flags(caller, self.handles.get(fh)?.inode(), flags)
     }
 
     /// `FS_IOC_FSGETXATTR`: the backing file's flags as a `struct fsxattr`
@@ -187,17 +192,26 @@ impl VerityFs {
 
     /// `FS_IOC_FSSETXATTR`: the flags of a `struct fsxattr`, passed to the
     /// backing file as inode flags.
-    pub(crate) fn set_fsxattr(&self, fh: FileHandle, input: &[u8]) -> Result<(), Errno> {
+    pub(crate) fn set_fsxattr(
+        &self,
+        caller: Caller,
+        fh: FileHandle,
+        input: &[u8],
+    ) -> Result<(), Errno> {
         let handle = self.handles.get(fh)?;
         let inode = handle.inode();
         let flags = flags_from_fsxattr(input, self.backing_flags(inode)?.bits())?;
-        self.set_backing_flags(inode, flags)
+        self.set_backing_flags(caller, inode, flags)
     }
 
-    fn set_backing_flags(&self, inode: &Inode, flags: u32) -> Result<(), Errno> {
-        let file = self.open_backing(inode, OFlags::RDONLY | OFlags::NONBLOCK)?;
+    /// Sets inode flags as the caller: only a caller with
+    /// `CAP_LINUX_IMMUTABLE` may set or clear immutable and append-only.
+    fn set_backing_flags(&self, caller: Caller, inode: &Inode, flags: u32) -> Result<(), Errno> {
         let flags = IFlags::from_bits_retain(flags & !FS_VERITY_FL);
-        rustix::fs::ioctl_setflags(&file, flags).map_err(errno)
+        self.as_caller(&caller, || {
+            let file = self.open_backing(inode, OFlags::RDONLY | OFlags::NONBLOCK)?;
+            rustix::fs::ioctl_setflags(&file, flags).map_err(errno)
+        })
     }
 
     fn backing_flags(&self, inode: &Inode) -> Result<IFlags, Errno> {

@@ -8,6 +8,7 @@ use fuser::{Errno, FileType};
 use rustix::fs::XattrFlags;
 use verityfs::layout::XATTR_PREFIX;
 
+use crate::caller::Caller;
 use crate::fs::VerityFs;
 use crate::inodes::{errno, Inode};
 
@@ -74,6 +75,7 @@ impl VerityFs {
     /// `setxattr`.
     pub(crate) fn set_xattr(
         &self,
+        caller: Caller,
         inode: &Inode,
         name: &OsStr,
         value: &[u8],
@@ -84,16 +86,25 @@ impl VerityFs {
             return Err(Errno::EPERM);
         }
         let flags = XattrFlags::from_bits_retain(flags as u32);
-        rustix::fs::setxattr(inode.proc_path(), name, value, flags).map_err(errno)
+        self.as_caller(&caller, || {
+            rustix::fs::setxattr(inode.proc_path(), name, value, flags).map_err(errno)
+        })
     }
 
     /// `removexattr`.
-    pub(crate) fn remove_xattr(&self, inode: &Inode, name: &OsStr) -> Result<(), Errno> {
+    pub(crate) fn remove_xattr(
+        &self,
+        caller: Caller,
+        inode: &Inode,
+        name: &OsStr,
+    ) -> Result<(), Errno> {
         check_kind(inode)?;
         if is_private(name) {
             return Err(Errno::from_i32(libc::ENODATA));
         }
-        rustix::fs::removexattr(inode.proc_path(), name).map_err(errno)
+        self.as_caller(&caller, || {
+            rustix::fs::removexattr(inode.proc_path(), name).map_err(errno)
+        })
     }
 }
 
