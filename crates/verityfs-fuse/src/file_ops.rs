@@ -1,6 +1,7 @@
 //! Opening, reading, writing and truncating files.
 
 use std::ffi::OsStr;
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
@@ -138,22 +139,33 @@ impl VerityFs {
         buf.resize(size as usize, 0);
         match &*handle {
             Handle::Verity { file, .. } => read_verified(file, buf, offset),
-            // Opened before the file became verity: from now on its reads
-            // are verified too, as in the kernel (verity is per inode).
             Handle::Plain {
-                read: true, inode, ..
-            } if inode
-                .became_verity
-                .load(std::sync::atomic::Ordering::Acquire) =>
-            {
-                let file = self.verity_file(inode, &mut inode.verity())?;
-                read_verified(&*file.ok_or(Errno::EIO)?, buf, offset)
-            }
-            Handle::Plain {
-                file, read: true, ..
-            } => read_full_at(file, buf, offset),
+                file,
+                read: true,
+                inode,
+                ..
+            } => self.read_plain(inode, file, buf, offset),
             Handle::Plain { .. } => Err(Errno::EBADF),
             Handle::Dir { .. } => Err(Errno::EISDIR),
+        }
+    }
+
+    /// A read through a handle opened while the file was ordinary. Its
+    /// bytes are served as read only if the file is still not verity once
+    /// they are in the buffer: verity belongs to the inode, as in the
+    /// kernel, so if the file became verity meanwhile (through the mount or
+    /// in the backing store), the read is done again, verified.
+    fn read_plain(
+        &self,
+        inode: &Inode,
+        file: &File,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> Result<usize, Errno> {
+        let n = read_full_at(file, buf, offset)?;
+        match self.verity_file(inode, &mut inode.verity())? {
+            Some(verity) => read_verified(&verity, buf, offset),
+            None => Ok(n),
         }
     }
 
@@ -168,6 +180,11 @@ impl VerityFs {
         data: &[u8],
     ) -> Result<u32, Errno> {
         match &*self.handles.get(fh)? {
+            // Opened before the file became verity: verity files are
+            // read-only, whoever holds a descriptor.
+            Handle::Plain {
+                write: true, inode, ..
+            } if inode.verity().file.is_some() => Err(Errno::EPERM),
             Handle::Plain {
                 file, write: true, ..
             } => self.writing_as(&caller, || {
@@ -227,7 +244,7 @@ fn read_verified(file: &verityfs::VerityFile, buf: &mut [u8], offset: u64) -> Re
 }
 
 /// `pread` until `buf` is full or the file ends.
-fn read_full_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
+fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
     let mut done = 0;
     while done < buf.len() {
         match file.read_at(&mut buf[done..], offset + done as u64) {

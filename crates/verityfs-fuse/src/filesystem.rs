@@ -10,9 +10,9 @@ use std::time::SystemTime;
 
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
-    IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::attr::TTL;
@@ -60,64 +60,63 @@ fn to_timespec(t: Option<TimeOrNow>) -> rustix::fs::Timespec {
     }
 }
 
+/// The changes of a `setattr` besides the size.
+struct AttrChange {
+    mode: Option<u32>,
+    owner: (Option<u32>, Option<u32>),
+    times: (Option<TimeOrNow>, Option<TimeOrNow>),
+}
+
+/// Changes the mode, owner and times of `inode` through its own descriptor
+/// (never by name).
+fn change_inode(inode: &crate::inodes::Inode, change: AttrChange) -> Result<(), Errno> {
+    if let Some(mode) = change.mode {
+        let mode = rustix::fs::Mode::from_raw_mode(mode & 0o7777);
+        rustix::fs::chmodat(
+            rustix::fs::CWD,
+            inode.proc_path(),
+            mode,
+            rustix::fs::AtFlags::empty(),
+        )
+        .map_err(crate::inodes::errno)?;
+    }
+    if change.owner.0.is_some() || change.owner.1.is_some() {
+        let uid = change.owner.0.map(rustix::fs::Uid::from_raw);
+        let gid = change.owner.1.map(rustix::fs::Gid::from_raw);
+        let flags = rustix::fs::AtFlags::EMPTY_PATH | rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
+        rustix::fs::chownat(&inode.fd, "", uid, gid, flags).map_err(crate::inodes::errno)?;
+    }
+    if change.times.0.is_some() || change.times.1.is_some() {
+        let stamps = rustix::fs::Timestamps {
+            last_access: to_timespec(change.times.0),
+            last_modification: to_timespec(change.times.1),
+        };
+        rustix::fs::utimensat(
+            rustix::fs::CWD,
+            inode.proc_path(),
+            &stamps,
+            rustix::fs::AtFlags::empty(),
+        )
+        .map_err(crate::inodes::errno)?;
+    }
+    Ok(())
+}
+
 impl VerityFs {
     fn set_attr(
         &self,
         caller: Caller,
         ino: INodeNo,
-        mode: Option<u32>,
-        owner: (Option<u32>, Option<u32>),
         size: Option<u64>,
-        times: (Option<TimeOrNow>, Option<TimeOrNow>),
         fh: Option<FileHandle>,
+        change: AttrChange,
     ) -> Result<fuser::FileAttr, Errno> {
         let inode = self.inode(ino)?;
         if let Some(size) = size {
             self.truncate(caller, &inode, fh, size)?;
         }
-        self.as_caller(&caller, || self.change_inode(&inode, mode, owner, times))?;
+        self.as_caller(&caller, || change_inode(&inode, change))?;
         self.attr(&inode)
-    }
-
-    /// The mode, owner and times of `inode`, changed through its own
-    /// descriptor (never by name).
-    fn change_inode(
-        &self,
-        inode: &crate::inodes::Inode,
-        mode: Option<u32>,
-        owner: (Option<u32>, Option<u32>),
-        times: (Option<TimeOrNow>, Option<TimeOrNow>),
-    ) -> Result<(), Errno> {
-        if let Some(mode) = mode {
-            let mode = rustix::fs::Mode::from_raw_mode(mode & 0o7777);
-            rustix::fs::chmodat(
-                rustix::fs::CWD,
-                inode.proc_path(),
-                mode,
-                rustix::fs::AtFlags::empty(),
-            )
-            .map_err(crate::inodes::errno)?;
-        }
-        if owner.0.is_some() || owner.1.is_some() {
-            let uid = owner.0.map(rustix::fs::Uid::from_raw);
-            let gid = owner.1.map(rustix::fs::Gid::from_raw);
-            let flags = rustix::fs::AtFlags::EMPTY_PATH | rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
-            rustix::fs::chownat(&inode.fd, "", uid, gid, flags).map_err(crate::inodes::errno)?;
-        }
-        if times.0.is_some() || times.1.is_some() {
-            let stamps = rustix::fs::Timestamps {
-                last_access: to_timespec(times.0),
-                last_modification: to_timespec(times.1),
-            };
-            rustix::fs::utimensat(
-                rustix::fs::CWD,
-                inode.proc_path(),
-                &stamps,
-                rustix::fs::AtFlags::empty(),
-            )
-            .map_err(crate::inodes::errno)?;
-        }
-        Ok(())
     }
 
     fn ioctl_op(
@@ -160,6 +159,10 @@ impl Filesystem for VerityFs {
         // batches. The kernel clamps both to what it allows.
         let _ = config.set_max_write(MAX_IO);
         let _ = config.set_max_readahead(MAX_IO);
+        // Cached reads revalidate stale attributes with a getattr, which
+        // notices a file made verity in the backing store; kernels without
+        // it still get the explicit invalidation at the next request.
+        let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
         Ok(())
     }
 
@@ -199,15 +202,12 @@ impl Filesystem for VerityFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let result = self.set_attr(
-            caller(req),
-            ino,
+        let change = AttrChange {
             mode,
-            (uid, gid),
-            size,
-            (atime, mtime),
-            fh,
-        );
+            owner: (uid, gid),
+            times: (atime, mtime),
+        };
+        let result = self.set_attr(caller(req), ino, size, fh, change);
         reply_with!(reply, result, |attr| reply.attr(&TTL, &attr));
     }
 
@@ -359,8 +359,9 @@ impl Filesystem for VerityFs {
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        reply_with!(reply, self.write_file(caller(req), fh, offset, data), |n| reply
-            .written(n));
+        reply_with!(reply, self.write_file(caller(req), fh, offset, data), |n| {
+            reply.written(n)
+        });
     }
 
     fn flush(

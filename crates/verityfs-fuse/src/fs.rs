@@ -17,6 +17,7 @@ use crate::caller::Caller;
 use crate::creds::Groups;
 use crate::handles::HandleTable;
 use crate::inodes::{errno, Inode, InodeTable, VerityState};
+use crate::invalidate::Invalidator;
 use crate::policy::SignaturePolicy;
 
 /// Settings of a mount.
@@ -52,6 +53,7 @@ pub struct VerityFs {
     pub(crate) handles: HandleTable,
     pub(crate) verifier: Arc<Verifier>,
     pub(crate) options: MountOptions,
+    pub(crate) invalidator: Arc<Invalidator>,
     /// The daemon runs as root: requests run with their callers'
     /// credentials.
     pub(crate) switch_creds: bool,
@@ -76,6 +78,7 @@ impl VerityFs {
             handles: HandleTable::default(),
             verifier: Verifier::new(options.read),
             options,
+            invalidator: Arc::new(Invalidator::new()),
             switch_creds: crate::creds::can_switch(),
         })
     }
@@ -113,13 +116,19 @@ impl VerityFs {
         let backing_size = st.st_size as u64;
         let size = match inode.kind {
             FileType::RegularFile => {
-                let verity = inode.verity();
+                let mut verity = inode.verity();
                 match &verity.file {
                     Some(file) => file.data_size(),
                     // A damaged record is reported when the file is opened.
-                    None => self
-                        .state(inode, &verity)
-                        .map_or(backing_size, |s| s.logical_size(backing_size)),
+                    None => match self.state(inode, &verity) {
+                        Ok(state @ FileState::Verity(_)) => {
+                            // Made verity behind our back: from now on.
+                            let _ = self.become_verity(inode, &mut verity);
+                            state.logical_size(backing_size)
+                        }
+                        Ok(state) => state.logical_size(backing_size),
+                        Err(_) => backing_size,
+                    },
                 }
             }
             _ => backing_size,
@@ -144,6 +153,10 @@ impl VerityFs {
     }
 
     /// The open verity file of `inode` if it is one (opened once, shared).
+    /// Every request that cares looks here, so that a file made verity in
+    /// the backing store, behind the daemon's back, is seen as verity from
+    /// the first request that meets it: lookup, getattr, open, reads through
+    /// handles opened before, the ioctls.
     pub(crate) fn verity_file(
         &self,
         inode: &Inode,
@@ -155,6 +168,16 @@ impl VerityFs {
         if !self.state(inode, verity)?.is_verity() {
             return Ok(None);
         }
+        self.become_verity(inode, verity).map(Some)
+    }
+
+    /// Opens the verity file of `inode`, which just became one as far as
+    /// this daemon knows, and drops whatever the kernel cached of it before.
+    fn become_verity(
+        &self,
+        inode: &Inode,
+        verity: &mut VerityState,
+    ) -> Result<Arc<VerityFile>, Errno> {
         let backing = self.open_backing(inode, OFlags::RDONLY)?;
         // The backing path as of now, for messages (the file may be renamed).
         let name = std::fs::read_link(inode.proc_path()).unwrap_or_else(|_| inode.proc_path());
@@ -167,7 +190,12 @@ impl VerityFs {
             .map_err(|e| Errno::from_i32(e.errno()))?;
         let file = Arc::new(file);
         verity.file = Some(file.clone());
-        Ok(Some(file))
+        // Pages cached while the file was ordinary were never verified: the
+        // next open drops them (no FOPEN_KEEP_CACHE), and so does the
+        // notification, for mappings and descriptors already open.
+        verity.cache_verified = false;
+        self.invalidator.invalidate(inode.ino);
+        Ok(file)
     }
 
     /// Opens the backing object of `inode` with `flags`.

@@ -19,7 +19,8 @@ pub struct VerityState {
     /// An enable is running on this inode.
     pub enabling: bool,
     /// The open verity file, shared by all readers, once the file is
-    /// known to be verity.
+    /// known to be verity. Once set, it stays for the inode's life in this
+    /// daemon, whatever the backing store does: verity is for good.
     pub file: Option<Arc<VerityFile>>,
     /// The kernel's page cache of the file holds only pages this daemon
     /// verified: it was dropped once since the file became verity here.
@@ -36,9 +37,6 @@ pub struct Inode {
     pub kind: FileType,
     key: (u64, u64),
     verity: Mutex<VerityState>,
-    /// Set when an enable in this daemon succeeded: handles opened before
-    /// it must now read through the verified path too.
-    pub became_verity: std::sync::atomic::AtomicBool,
 }
 
 impl Inode {
@@ -130,7 +128,6 @@ impl InodeTable {
             kind: file_type(st),
             key,
             verity: Mutex::default(),
-            became_verity: Default::default(),
         });
         tables.by_key.insert(key, ino);
         tables.by_ino.insert(

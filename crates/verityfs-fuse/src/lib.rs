@@ -18,6 +18,7 @@ mod filesystem;
 mod fs;
 mod handles;
 mod inodes;
+mod invalidate;
 /// Public so that the fuzz targets in `fuzz/` can reach the ioctl payload
 /// decoders; not a stable API.
 pub mod ioctl;

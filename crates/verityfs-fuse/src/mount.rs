@@ -65,15 +65,28 @@ fn fuse_config(backing: &Path, options: &MountOptions) -> Config {
     config
 }
 
+/// A FUSE session of a verityfs of `backing` on `mountpoint`, with its
+/// readahead window set and its page cache invalidations served.
+fn session(
+    backing: &Path,
+    mountpoint: &Path,
+    options: &MountOptions,
+) -> io::Result<Session<VerityFs>> {
+    let fs = VerityFs::new(backing, options.clone())?;
+    let invalidator = fs.invalidator.clone();
+    let session = Session::new(fs, mountpoint, &fuse_config(backing, options))?;
+    invalidator.serve(session.notifier())?;
+    tune_readahead(mountpoint);
+    Ok(session)
+}
+
 /// Mounts a verityfs of `backing` on `mountpoint` and serves it until it is
 /// unmounted (`umount`, `fusermount3 -u`) or the process gets SIGINT or
 /// SIGTERM, which unmount it cleanly.
 pub fn run(backing: &Path, mountpoint: &Path, options: MountOptions) -> io::Result<()> {
     // Modes from the kernel are already masked with the caller's umask.
     rustix::process::umask(rustix::fs::Mode::empty());
-    let fs = VerityFs::new(backing, options.clone())?;
-    let mut session = Session::new(fs, mountpoint, &fuse_config(backing, &options))?;
-    tune_readahead(mountpoint);
+    let mut session = session(backing, mountpoint, &options)?;
     let mut unmounter = session.unmount_callable();
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])?;
     std::thread::Builder::new()
@@ -99,10 +112,7 @@ pub struct BackgroundMount {
 impl BackgroundMount {
     /// Mounts `backing` on `mountpoint` in the background.
     pub fn spawn(backing: &Path, mountpoint: &Path, options: MountOptions) -> io::Result<Self> {
-        let fs = VerityFs::new(backing, options.clone())?;
-        let session = Session::new(fs, mountpoint, &fuse_config(backing, &options))?;
-        tune_readahead(mountpoint);
-        let session = session.spawn()?;
+        let session = session(backing, mountpoint, &options)?.spawn()?;
         Ok(BackgroundMount {
             session: Some(session),
         })

@@ -67,7 +67,13 @@ impl VerityFs {
         }
         self.begin_enable(&inode, &arg)?;
         let result = self.as_caller(&caller, || self.run_enable(caller, &inode, arg));
-        inode.verity().enabling = false;
+        let mut verity = inode.verity();
+        verity.enabling = false;
+        if result.is_ok() {
+            // Verity from now on for every handle, and nothing cached before
+            // survives. A failure here shows at the next open.
+            let _ = self.verity_file(&inode, &mut verity);
+        }
         result
     }
 
@@ -126,9 +132,6 @@ impl VerityFs {
         let policy = &self.options.signatures;
         let check = |d: &verityfs::Descriptor, sig: &[u8]| Ok(policy.check(d, sig)?);
         let descriptor = enable_verity_checked(&file, request, &check).map_err(lib_errno)?;
-        inode
-            .became_verity
-            .store(true, std::sync::atomic::Ordering::Release);
         tracing::debug!(digest = %descriptor.file_digest(), "enabled verity on inode {}", inode.ino.0);
         Ok(())
     }

@@ -740,6 +740,16 @@ impl Mount {
 
     /// A mount with extra `verityfs mount` arguments (`-o allow_other`...).
     pub fn with_args(args: &[&str]) -> Mount {
+        Mount::of(None, args)
+    }
+
+    /// A mount of the existing directory `backing` (left where it is when
+    /// the guard is dropped).
+    pub fn of_backing(backing: &Path, args: &[&str]) -> Mount {
+        Mount::of(Some(backing), args)
+    }
+
+    fn of(backing: Option<&Path>, args: &[&str]) -> Mount {
         prerequisites();
         let root = tempfile::Builder::new()
             .prefix("verityfs-mount-test")
@@ -749,14 +759,15 @@ impl Mount {
         fs::set_permissions(root.path(), Permissions::from_mode(0o755)).unwrap();
         let base = root.path().canonicalize().unwrap();
         let mut mount = Mount {
-            backing: base.join("backing"),
+            backing: backing.map_or_else(|| base.join("backing"), Path::to_owned),
             mnt: base.join("mnt"),
             scratch: base.join("scratch"),
             log: base.join("daemon.log"),
             _root: root,
             daemon: None,
         };
-        for dir in [&mount.backing, &mount.mnt, &mount.scratch] {
+        let new_dirs = [&mount.backing, &mount.mnt, &mount.scratch];
+        for dir in &new_dirs[usize::from(backing.is_some())..] {
             fs::create_dir(dir).unwrap();
             fs::set_permissions(dir, Permissions::from_mode(0o755)).unwrap();
         }

@@ -1,0 +1,402 @@
+//! What an attacker may try against a mount, on real mounts:
+//!
+//! - someone who can write the backing directory turns a file into a
+//!   verity file behind the daemon's back (copying a genuine verity file
+//!   over it, extended attributes included) and then tampers with its
+//!   data: no reader, whatever descriptor it holds, may get a byte that
+//!   does not verify;
+//! - an unprivileged user of an `allow_other` mount races renames in a
+//!   backing directory they can write against creations through the mount:
+//!   the root daemon must never hand them a root-owned object or write into
+//!   one;
+//! - writes through the mount are subject to the backing filesystem's
+//!   reserved blocks, as direct writes are.
+//!
+//! The racers run as `nobody`. Race durations: `VERITYFS_RACE_SECS`
+//! (default 5 seconds per race).
+
+mod common;
+
+use std::fs::{self, File, OpenOptions, Permissions};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use rustix::fs::{fadvise, Advice};
+
+use common::*;
+
+/// The file's size: several blocks, so that the tampered one is not the
+/// first.
+const SIZE: usize = 300_000;
+/// Where the attacker changes the stored data.
+const TAMPERED: u64 = 135_000;
+
+/// A plain file `victim` and a verity file `genuine` with the same contents,
+/// both made through the mount.
+fn victim_and_genuine(m: &Mount) -> Vec<u8> {
+    let data = random_bytes(SIZE, 7);
+    fs::write(m.path("victim"), &data).unwrap();
+    fs::write(m.path("genuine"), &data).unwrap();
+    enable(&m.path("genuine"), &[]);
+    data
+}
+
+/// What an attacker with write access to the backing directory does: copy
+/// the genuine verity file over the victim's backing file (the same inode,
+/// extended attributes included), then change a byte of its data.
+fn swap_in_and_tamper(m: &Mount) {
+    let victim = m.backing("victim");
+    let ino = fs::metadata(&victim).unwrap().ino();
+    run_ok(
+        Command::new("cp")
+            .arg("--preserve=xattr")
+            .arg(m.backing("genuine"))
+            .arg(&victim),
+    );
+    assert_eq!(fs::metadata(&victim).unwrap().ino(), ino, "same inode");
+    flip_byte(&victim, TAMPERED);
+}
+
+/// Drops the kernel's cached pages of `file` and reads it whole through it.
+fn reread(file: &File) -> io::Result<Vec<u8>> {
+    fadvise(file, 0, None, Advice::DontNeed).unwrap();
+    let mut buf = vec![0u8; SIZE];
+    file.read_exact_at(&mut buf, 0).map(|()| buf)
+}
+
+/// Reads `path` whole through a new descriptor.
+fn read_new(path: &Path) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    File::open(path)?.read_to_end(&mut buf).map(|_| buf)
+}
+
+#[track_caller]
+fn assert_eio(result: io::Result<Vec<u8>>, what: &str) {
+    match result {
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EIO), "{what}: {e}"),
+        Ok(bytes) => panic!(
+            "{what}: read {} bytes of a tampered verity file, {}",
+            bytes.len(),
+            if bytes.get(TAMPERED as usize) == Some(&0) {
+                "unverified"
+            } else {
+                "without EIO"
+            }
+        ),
+    }
+}
+
+/// A descriptor opened while the file was ordinary, then every way of
+/// reading after the backing store made it verity and tampered with it:
+/// the old descriptor (with its cache dropped), a new one, the old one
+/// again (trying to put raw bytes back in the cache), a new one again,
+/// `O_DIRECT`. All fail with EIO; `lsattr` and `fsverity measure` show the
+/// genuine file.
+#[test]
+fn out_of_band_enable_then_tamper() {
+    let m = Mount::new();
+    let data = victim_and_genuine(&m);
+    let old = File::open(m.path("victim")).unwrap();
+    assert_eq!(reread(&old).unwrap(), data);
+    swap_in_and_tamper(&m);
+    assert_eio(reread(&old), "old descriptor");
+    assert_eio(read_new(&m.path("victim")), "new descriptor");
+    assert_eio(reread(&old), "old descriptor, cache dropped again");
+    assert_eio(read_new(&m.path("victim")), "new descriptor after that");
+    let direct = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(m.path("victim"))
+        .unwrap();
+    assert_eio(reread(&direct), "O_DIRECT");
+    assert_eq!(measure(&m.path("victim")), measure(&m.path("genuine")));
+    let lsattr = run_ok(Command::new("lsattr").arg(m.path("victim")));
+    assert!(lsattr.split_whitespace().next().unwrap().contains('V'));
+}
+
+/// Without tampering, descriptors opened before still read the right bytes
+/// once the file became verity behind the daemon's back, and writing
+/// through one opened for writing is refused (verity files are read-only).
+#[test]
+fn out_of_band_enable_keeps_old_descriptors_working() {
+    let m = Mount::new();
+    let data = victim_and_genuine(&m);
+    let old = File::open(m.path("victim")).unwrap();
+    let writer = OpenOptions::new()
+        .write(true)
+        .open(m.path("victim"))
+        .unwrap();
+    run_ok(
+        Command::new("cp")
+            .arg("--preserve=xattr")
+            .arg(m.backing("genuine"))
+            .arg(m.backing("victim")),
+    );
+    assert_eq!(reread(&old).unwrap(), data);
+    assert_eq!(read_new(&m.path("victim")).unwrap(), data);
+    assert_errno(writer.write_at(b"x", 0), libc::EPERM, "write after enable");
+}
+
+/// Pages read through a descriptor opened before the file became verity
+/// (here, a genuine copy whose stored data is then changed) are gone from
+/// the kernel's cache once the daemon has seen the file as verity: a new
+/// reader cannot get them even when the attacker's bytes were cached first.
+#[test]
+fn pages_cached_before_do_not_survive() {
+    let m = Mount::new();
+    victim_and_genuine(&m);
+    // The attacker tampers first and swaps in the verity metadata second:
+    // the old descriptor caches the tampered data while the file is
+    // still ordinary, which is fine then.
+    flip_byte(&m.backing("victim"), TAMPERED);
+    let old = File::open(m.path("victim")).unwrap();
+    let cached = reread(&old).unwrap();
+    assert_ne!(
+        cached[TAMPERED as usize],
+        read_new(&m.path("genuine")).unwrap()[TAMPERED as usize]
+    );
+    let victim = m.backing("victim");
+    let tampered = fs::read(&victim).unwrap();
+    run_ok(
+        Command::new("cp")
+            .arg("--preserve=xattr")
+            .arg(m.backing("genuine"))
+            .arg(&victim),
+    );
+    let file = OpenOptions::new().write(true).open(&victim).unwrap();
+    file.write_all_at(&tampered[..SIZE], 0).unwrap();
+    // The cached pages are the tampered ones; none may be served now.
+    assert_eio(read_new(&m.path("victim")), "new descriptor");
+    let mut page = vec![0u8; 4096];
+    let at = TAMPERED - TAMPERED % 4096;
+    assert_eio(
+        old.read_exact_at(&mut page, at).map(|()| page),
+        "old descriptor, cached page",
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Unprivileged users racing a root daemon
+// ---------------------------------------------------------------------------
+
+/// How long each race runs.
+fn race_duration() -> Duration {
+    let secs = std::env::var("VERITYFS_RACE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5.0);
+    Duration::from_secs_f64(secs)
+}
+
+/// The attacker: renames root-owned objects in and out of the names the
+/// victim creates through the mount, and plants symbolic links there, as
+/// fast as it can, until the deadline. Runs in the backing directory as
+/// `nobody`.
+const ATTACKER: &str = r#"
+import os, sys, time, random
+os.chdir(sys.argv[1])
+deadline = time.time() + float(sys.argv[2])
+random.seed(int(sys.argv[3]))
+moves = [("secret", "target"), ("rootdir", "tdir"), ("secret", "tnod")]
+n = 0
+while time.time() < deadline:
+    src, dst = random.choice(moves)
+    try:
+        os.rename(src, dst)
+        os.rename(dst, src)
+    except OSError:
+        pass
+    try:
+        os.symlink("/etc/passwd", random.choice(["target", "tsym", "tnod"]))
+    except OSError:
+        pass
+    n += 1
+print(n)
+"#;
+
+/// The victim: creates files, directories, nodes and symbolic links through
+/// the mount as `nobody` and removes them, until the deadline.
+const CREATOR: &str = r#"
+import os, sys, time
+os.chdir(sys.argv[1])
+deadline = time.time() + float(sys.argv[2])
+n = 0
+def attempt(f):
+    try:
+        f()
+    except OSError:
+        pass
+def create():
+    fd = os.open("target", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"written by nobody")
+    finally:
+        os.close(fd)
+while time.time() < deadline:
+    attempt(create)
+    attempt(lambda: os.unlink("target"))
+    attempt(lambda: os.mkdir("tdir", 0o755))
+    attempt(lambda: os.rmdir("tdir"))
+    attempt(lambda: os.mkfifo("tnod", 0o644))
+    attempt(lambda: os.unlink("tnod"))
+    attempt(lambda: os.symlink("x", "tsym"))
+    attempt(lambda: os.unlink("tsym"))
+    n += 1
+print(n)
+"#;
+
+fn python_as_nobody(script: &str, args: &[&str]) -> std::process::Child {
+    Command::new("setpriv")
+        .arg(format!("--reuid={NOBODY}"))
+        .arg(format!("--regid={NOBODY}"))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c", script])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting python3 as nobody")
+}
+
+fn loops(child: std::process::Child, what: &str) -> u64 {
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{what}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// Root-owned objects in a backing directory that `nobody` may write (not
+/// sticky), and a mount with `allow_other`: `nobody` renames them into the
+/// names it creates through the mount. Nothing root-owned may change owner
+/// or contents, no symbolic link may be followed, and everything `nobody`
+/// created through the mount is `nobody`'s.
+#[test]
+fn creation_races_never_hand_over_root_objects() {
+    let m = Mount::with_args(&["-o", "allow_other"]);
+    let dir = m.backing("shared");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, Permissions::from_mode(0o777)).unwrap();
+    fs::write(dir.join("secret"), b"root's secret").unwrap();
+    fs::set_permissions(dir.join("secret"), Permissions::from_mode(0o644)).unwrap();
+    // `nobody` may legitimately unlink the secret's name in a directory it
+    // can write: a second name out of its reach keeps the file to check.
+    let private = m.backing("private");
+    fs::create_dir(&private).unwrap();
+    fs::hard_link(dir.join("secret"), private.join("secret")).unwrap();
+    // Not empty, so that it cannot be removed, only renamed.
+    fs::create_dir(dir.join("rootdir")).unwrap();
+    fs::write(dir.join("rootdir/file"), b"root's").unwrap();
+    let passwd = fs::read("/etc/passwd").unwrap();
+    let secs = race_duration().as_secs_f64().to_string();
+    let attacker = python_as_nobody(ATTACKER, &[dir.to_str().unwrap(), &secs, "1"]);
+    let creator = python_as_nobody(CREATOR, &[m.path("shared").to_str().unwrap(), &secs]);
+    let (attacks, creations) = (loops(attacker, "attacker"), loops(creator, "creator"));
+    assert!(
+        attacks > 100 && creations > 100,
+        "{attacks} attacks, {creations} creations"
+    );
+    let secret = fs::metadata(private.join("secret")).unwrap();
+    assert_eq!(
+        (secret.uid(), secret.gid(), secret.mode() & 0o7777),
+        (0, 0, 0o644)
+    );
+    assert_eq!(fs::read(private.join("secret")).unwrap(), b"root's secret");
+    let rootdir = ["rootdir", "tdir"]
+        .iter()
+        .filter_map(|n| fs::symlink_metadata(dir.join(n)).ok())
+        .filter(|meta| meta.uid() == 0 && meta.is_dir())
+        .count();
+    assert_eq!(rootdir, 1, "the root-owned directory is still root's");
+    assert_eq!(fs::read("/etc/passwd").unwrap(), passwd);
+    for entry in fs::read_dir(&dir).unwrap() {
+        let meta = entry.unwrap().metadata().unwrap();
+        assert!(meta.uid() == 0 || meta.uid() == NOBODY && meta.gid() == NOBODY);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Reserved blocks
+// ---------------------------------------------------------------------------
+
+/// A small ext4 filesystem on a loop device of its own, mounted for the
+/// test and removed after it.
+struct SmallExt4 {
+    dir: tempfile::TempDir,
+}
+
+impl SmallExt4 {
+    fn new() -> SmallExt4 {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("image");
+        File::create(&image).unwrap().set_len(32 << 20).unwrap();
+        run_ok(
+            Command::new("mkfs.ext4")
+                .args(["-q", "-F", "-m", "10"])
+                .arg(&image),
+        );
+        let mnt = dir.path().join("mnt");
+        fs::create_dir(&mnt).unwrap();
+        run_ok(
+            Command::new("mount")
+                .args(["-o", "loop"])
+                .arg(&image)
+                .arg(&mnt),
+        );
+        SmallExt4 { dir }
+    }
+
+    fn mnt(&self) -> std::path::PathBuf {
+        self.dir.path().join("mnt")
+    }
+
+    /// Free blocks, and those available to unprivileged users.
+    fn free(&self) -> (u64, u64) {
+        let st = rustix::fs::statvfs(self.mnt()).unwrap();
+        (st.f_bfree, st.f_bavail)
+    }
+}
+
+impl Drop for SmallExt4 {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.mnt()).status();
+    }
+}
+
+/// Fills the filesystem as `nobody` with `dd` writing to `target`; returns
+/// whether dd ended with "No space left on device".
+fn fill_as_nobody(target: &Path) -> bool {
+    let out = run(Command::new("setpriv")
+        .arg(format!("--reuid={NOBODY}"))
+        .arg(format!("--regid={NOBODY}"))
+        .arg("--clear-groups")
+        .args(["dd", "if=/dev/zero", "bs=64k"])
+        .arg(format!("of={}", target.display())));
+    String::from_utf8_lossy(&out.stderr).contains("No space left on device")
+}
+
+/// `nobody` fills a small ext4 through the mount: the blocks reserved for
+/// root stay free, exactly as when `nobody` writes directly.
+#[test]
+fn writes_through_the_mount_respect_reserved_blocks() {
+    let ext4 = SmallExt4::new();
+    let backing = ext4.mnt().join("backing");
+    fs::create_dir(&backing).unwrap();
+    fs::set_permissions(&backing, Permissions::from_mode(0o777)).unwrap();
+    let (free_before, _) = ext4.free();
+    assert!(fill_as_nobody(&backing.join("direct")));
+    let (free_direct, avail_direct) = ext4.free();
+    assert!(avail_direct < 16, "{avail_direct} blocks still available");
+    assert!(
+        free_direct > free_before / 20,
+        "{free_direct} of {free_before} blocks free"
+    );
+    fs::remove_file(backing.join("direct")).unwrap();
+    let m = Mount::of_backing(&backing, &["-o", "allow_other"]);
+    assert!(fill_as_nobody(&m.path("through")));
+    let (free_mount, _) = ext4.free();
+    assert!(
+        free_mount + 16 >= free_direct,
+        "through the mount: {free_mount} blocks left, directly: {free_direct}"
+    );
+}
