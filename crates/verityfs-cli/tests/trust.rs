@@ -13,7 +13,7 @@
 //!   reserved blocks, as direct writes are.
 //!
 //! The racers run as `nobody`. Race durations: `VERITYFS_RACE_SECS`
-//! (default 5 seconds per race).
+//! (default 10 seconds per race).
 
 mod common;
 
@@ -187,33 +187,32 @@ fn race_duration() -> Duration {
     let secs = std::env::var("VERITYFS_RACE_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(5.0);
+        .unwrap_or(10.0);
     Duration::from_secs_f64(secs)
 }
 
-/// The attacker: renames root-owned objects in and out of the names the
-/// victim creates through the mount, and plants symbolic links there, as
-/// fast as it can, until the deadline. Runs in the backing directory as
+/// An attacker: moves a root-owned object (`argv[3]`) to the name the
+/// victim creates through the mount (`argv[4]`) and back, as fast as it
+/// can, until the deadline; or, with `argv[3]` "-", plants symbolic links to
+/// `/etc/passwd` at the victim's names. Runs in the backing directory as
 /// `nobody`.
 const ATTACKER: &str = r#"
-import os, sys, time, random
+import os, sys, time
 os.chdir(sys.argv[1])
 deadline = time.time() + float(sys.argv[2])
-random.seed(int(sys.argv[3]))
-moves = [("secret", "target"), ("rootdir", "tdir"), ("secret", "tnod")]
+src, dst = sys.argv[3], sys.argv[4]
 n = 0
 while time.time() < deadline:
-    src, dst = random.choice(moves)
-    try:
-        os.rename(src, dst)
-        os.rename(dst, src)
-    except OSError:
-        pass
-    try:
-        os.symlink("/etc/passwd", random.choice(["target", "tsym", "tnod"]))
-    except OSError:
-        pass
-    n += 1
+    for _ in range(100):
+        try:
+            if src == "-":
+                os.symlink("/etc/passwd", dst)
+            else:
+                os.rename(src, dst)
+                os.rename(dst, src)
+            n += 1
+        except OSError:
+            pass
 print(n)
 "#;
 
@@ -225,8 +224,10 @@ os.chdir(sys.argv[1])
 deadline = time.time() + float(sys.argv[2])
 n = 0
 def attempt(f):
+    global n
     try:
         f()
+        n += 1
     except OSError:
         pass
 def create():
@@ -244,7 +245,6 @@ while time.time() < deadline:
     attempt(lambda: os.unlink("tnod"))
     attempt(lambda: os.symlink("x", "tsym"))
     attempt(lambda: os.unlink("tsym"))
-    n += 1
 print(n)
 "#;
 
@@ -289,13 +289,21 @@ fn creation_races_never_hand_over_root_objects() {
     fs::write(dir.join("rootdir/file"), b"root's").unwrap();
     let passwd = fs::read("/etc/passwd").unwrap();
     let secs = race_duration().as_secs_f64().to_string();
-    let attacker = python_as_nobody(ATTACKER, &[dir.to_str().unwrap(), &secs, "1"]);
+    let backing = dir.to_str().unwrap();
+    let attackers: Vec<_> = [
+        ["secret", "target"],
+        ["rootdir", "tdir"],
+        ["secret", "tnod"],
+        ["-", "tsym"],
+    ]
+    .iter()
+    .map(|[src, dst]| python_as_nobody(ATTACKER, &[backing, &secs, src, dst]))
+    .collect();
     let creator = python_as_nobody(CREATOR, &[m.path("shared").to_str().unwrap(), &secs]);
-    let (attacks, creations) = (loops(attacker, "attacker"), loops(creator, "creator"));
-    assert!(
-        attacks > 100 && creations > 100,
-        "{attacks} attacks, {creations} creations"
-    );
+    let attacks: u64 = attackers.into_iter().map(|a| loops(a, "attacker")).sum();
+    let creations = loops(creator, "creator");
+    eprintln!("{attacks} successful attacks, {creations} successful creations");
+    assert!(attacks > 100 && creations > 100, "too few rounds to race");
     let secret = fs::metadata(private.join("secret")).unwrap();
     assert_eq!(
         (secret.uid(), secret.gid(), secret.mode() & 0o7777),
