@@ -216,8 +216,9 @@ while time.time() < deadline:
 print(n)
 "#;
 
-/// The victim: creates files, directories, nodes and symbolic links through
-/// the mount as `nobody` and removes them, until the deadline.
+/// The victim: creates files, directories, nodes, symbolic and hard links
+/// through the mount as `nobody`, changes the mode, times and extended
+/// attributes of its file, renames and removes them, until the deadline.
 const CREATOR: &str = r#"
 import os, sys, time
 os.chdir(sys.argv[1])
@@ -236,8 +237,16 @@ def create():
         os.write(fd, b"written by nobody")
     finally:
         os.close(fd)
+def change():
+    os.chmod("target", 0o666)
+    os.utime("target", (0, 0))
+    os.setxattr("target", "user.mark", b"nobody")
+open("mine", "w").close()
 while time.time() < deadline:
     attempt(create)
+    attempt(change)
+    attempt(lambda: os.link("mine", "tlink"))
+    attempt(lambda: os.rename("tlink", "target"))
     attempt(lambda: os.unlink("target"))
     attempt(lambda: os.mkdir("tdir", 0o755))
     attempt(lambda: os.rmdir("tdir"))
@@ -308,6 +317,11 @@ fn creation_races_never_hand_over_root_objects() {
     assert_eq!(
         (secret.uid(), secret.gid(), secret.mode() & 0o7777),
         (0, 0, 0o644)
+    );
+    assert_ne!(secret.mtime(), 0, "times changed");
+    assert!(
+        get_xattr(&private.join("secret"), "user.mark").is_err(),
+        "xattr set"
     );
     assert_eq!(fs::read(private.join("secret")).unwrap(), b"root's secret");
     let rootdir = ["rootdir", "tdir"]
