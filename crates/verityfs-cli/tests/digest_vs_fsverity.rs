@@ -1152,12 +1152,15 @@ fn unreadable_inputs() {
 }
 
 /// An input its user may not read: both programs run as `nobody`, since
-/// root reads any file whatever its mode.
+/// root reads any file whatever its mode. Then an output file its user may
+/// not write (root's, mode 0644).
 #[test]
 fn permission_denied() {
     use std::os::unix::fs::PermissionsExt;
     let mut sandbox = Sandbox::new();
-    sandbox.random_file("secret", 100, 18);
+    sandbox
+        .random_file("secret", 100, 18)
+        .random_file("a", 100, 19);
     let path = sandbox.input_path(OsStr::new("secret"));
     fs::set_permissions(&path, fs::Permissions::from_mode(0o000)).unwrap();
     let mut failures = Failures::default();
@@ -1167,6 +1170,10 @@ fn permission_denied() {
     ] {
         let case = sandbox.cmd(args).run_as(NOBODY);
         failures.add(case.check_failure("Permission denied"));
+    }
+    for out in ["--out-merkle-tree=t", "--out-descriptor=t"] {
+        let case = sandbox.cmd(&["digest", "a", out]).prefill("t", b"root's");
+        failures.add(case.run_as(NOBODY).check_failure("Permission denied"));
     }
     failures.finish();
 }
