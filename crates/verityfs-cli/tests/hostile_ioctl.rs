@@ -881,6 +881,11 @@ fn hostile_verity_ioctls_get_the_kernels_errnos_and_the_mount_keeps_serving() {
         eprintln!("  {ioctl:7} {kind:?}: {result}: {n}");
     }
     let mismatches = std::mem::take(&mut attack.mismatches);
+    let enabled = attack.enabled;
+    let measured = attack
+        .results
+        .get(&("measure", Kind::Verity, "ok".to_owned()));
+    let measured = measured.copied().unwrap_or(0);
     // Close every file before unmounting.
     drop(attack);
     if !mismatches.is_empty() {
@@ -890,6 +895,11 @@ fn hostile_verity_ioctls_get_the_kernels_errnos_and_the_mount_keeps_serving() {
             mismatches[..mismatches.len().min(40)].join("\n")
         );
     }
+    // The calls reached the success paths too, not only the refusals.
+    assert!(
+        enabled > 0 && measured > 0,
+        "{enabled} enables and {measured} measures succeeded (seed {seed:#x})"
+    );
 
     // A valid enable still works afterwards, and measures as fsverity says.
     let data = random_bytes(300_000, seed);
