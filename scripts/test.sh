@@ -2,13 +2,15 @@
 # Runs the whole test suite. On a fresh Debian machine, run as root, it first
 # installs what the tests need: the real fsverity-utils binary (the
 # differential oracle), fuse3, e2fsprogs (lsattr/chattr), util-linux
-# (setpriv, umount), the openssl tool (test keys and certificates) and
-# OpenSSL's headers (the openssl crate). The FUSE tests need root and
-# /dev/fuse.
+# (setpriv, umount), the openssl tool (test keys and certificates),
+# OpenSSL's headers (the openssl crate), python3 (the mount tests' truncate,
+# ioctl and mmap helpers) and systemd (systemd-escape, for the unit file's
+# test). The FUSE tests need root and /dev/fuse; a test missing anything
+# fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(fsverity fuse3 e2fsprogs util-linux openssl libssl-dev pkg-config bc fonts-dejavu-core)
+packages=(fsverity fuse3 e2fsprogs util-linux openssl libssl-dev pkg-config bc fonts-dejavu-core python3 systemd)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

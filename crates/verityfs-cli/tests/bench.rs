@@ -1,23 +1,28 @@
 //! `verityfs bench` end to end on a small file: every figure of the JSON
 //! report is there and positive, and the chart is a PNG. Needs root (it
-//! drops caches and mounts FUSE) and a disk-backed target directory; skipped
-//! otherwise.
+//! drops caches and mounts FUSE), `/dev/fuse` and a disk-backed target
+//! directory; fails without them.
 
-use std::path::Path;
+use std::os::unix::fs::FileTypeExt;
 use std::process::Command;
 
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_verityfs");
 
-fn can_run() -> bool {
+/// Fails, saying what is missing, unless the bench can run here.
+fn require_root_and_fuse() {
     // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root || !Path::new("/dev/fuse").exists() {
-        eprintln!("skipped: verityfs bench needs root and /dev/fuse");
-        return false;
-    }
-    true
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "verityfs bench needs root (it drops caches and mounts FUSE); running as uid {euid}"
+    );
+    let fuse = std::fs::metadata("/dev/fuse");
+    assert!(
+        fuse.as_ref().is_ok_and(|m| m.file_type().is_char_device()),
+        "verityfs bench needs /dev/fuse (a character device): {fuse:?}"
+    );
 }
 
 fn number(v: &Value, path: &str) -> f64 {
@@ -36,9 +41,7 @@ fn positive(v: &Value, path: &str) {
 
 #[test]
 fn small_run_reports_every_figure() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_fuse();
     // Under target/, on the disk: /tmp may be a tmpfs, which has no device
     // counters and keeps its data across drop_caches.
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();

@@ -20,6 +20,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{BufWriter, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -37,6 +38,9 @@ const IMPLEMENTED: &[&str] = &["digest", "enable", "measure", "sign"];
 /// Largest input the parameter matrix generates (bigger boundary sizes are
 /// left to `large_file_streams_in_chunks`).
 const MATRIX_SIZE_CAP: u64 = 32 << 20;
+/// The unprivileged user (and group) permission cases run as: `nobody`.
+/// Root reads any file (CAP_DAC_OVERRIDE), so they cannot run as root.
+const NOBODY: u32 = 65534;
 
 // ---------------------------------------------------------------------------
 // Running both programs
@@ -149,12 +153,17 @@ impl Sandbox {
             env: Vec::new(),
             stdout_to: None,
             prefill: Vec::new(),
+            user: None,
         }
     }
 
-    /// Runs `args` with both programs and panics on any difference.
-    fn check<S: AsRef<OsStr>>(&self, args: &[S]) {
-        self.cmd(args).check();
+    /// Gives the run directory `dir` to `uid`, and lets it reach `dir`.
+    /// The inputs (hard links) keep their owner and modes.
+    fn hand_over(&self, dir: &Path, uid: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        let traverse = fs::Permissions::from_mode(0o711);
+        fs::set_permissions(self.root.path(), traverse).unwrap();
+        std::os::unix::fs::chown(dir, Some(uid), Some(uid)).unwrap();
     }
 
     /// A fresh run directory for `prog`: hard links to the inputs.
@@ -194,6 +203,8 @@ struct Invocation<'a> {
     stdout_to: Option<PathBuf>,
     /// Files (not inputs) to create before each run.
     prefill: Vec<(OsString, Vec<u8>)>,
+    /// Run as this user and group instead of the test's own (root).
+    user: Option<u32>,
 }
 
 impl Invocation<'_> {
@@ -212,6 +223,19 @@ impl Invocation<'_> {
         self
     }
 
+    /// Runs both programs as `uid` (user and group, no supplementary
+    /// groups), in a run directory that user owns. Needs root.
+    fn run_as(mut self, uid: u32) -> Self {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        assert_eq!(
+            euid, 0,
+            "running fsverity and verityfs as user {uid} needs root (the test runs as uid {euid})"
+        );
+        self.user = Some(uid);
+        self
+    }
+
     /// Runs `prog` in a fresh run directory.
     fn run_one(&self, prog: &str, name: &str) -> Outcome {
         let dir = self.sandbox.run_dir(name);
@@ -219,6 +243,10 @@ impl Invocation<'_> {
             fs::write(dir.join(file), data).unwrap();
         }
         let mut cmd = Command::new(prog);
+        if let Some(uid) = self.user {
+            self.sandbox.hand_over(&dir, uid);
+            cmd.uid(uid).gid(uid);
+        }
         cmd.args(&self.args)
             .current_dir(&dir)
             .env_remove("POSIXLY_CORRECT")
@@ -259,21 +287,31 @@ impl Invocation<'_> {
         describe_differences(&self.describe(), &theirs, &ours, what)
     }
 
-    /// Panics with a description of every difference.
-    fn check(&self) {
-        if let Some(msg) = self.diff(Check::All) {
-            panic!("{msg}");
-        }
-    }
-
-    /// Like [`Invocation::check`], and also requires fsverity to succeed, so a
-    /// case cannot pass by failing the same way in both programs.
+    /// Compares everything ([`Check::All`]), and also requires fsverity to
+    /// succeed, so a case cannot pass by failing the same way in both
+    /// programs.
     fn check_success(&self) -> Option<String> {
         let (theirs, ours) = self.run();
         let cmd = self.describe();
         if theirs.status != Some(0) {
             return Some(format!(
                 "`{cmd}`: fsverity itself failed ({:?}): {}",
+                theirs.status,
+                show(&theirs.stderr)
+            ));
+        }
+        describe_differences(&cmd, &theirs, &ours, Check::All)
+    }
+
+    /// Compares everything ([`Check::All`]), and also requires fsverity to fail with
+    /// `message` on stderr, so a case cannot pass by succeeding the same
+    /// way in both programs.
+    fn check_failure(&self, message: &str) -> Option<String> {
+        let (theirs, ours) = self.run();
+        let cmd = self.describe();
+        if theirs.status == Some(0) || !show(&theirs.stderr).contains(message) {
+            return Some(format!(
+                "`{cmd}`: fsverity did not fail with {message:?} ({:?}): {}",
                 theirs.status,
                 show(&theirs.stderr)
             ));
@@ -293,6 +331,9 @@ impl Invocation<'_> {
         }
         if let Some(path) = &self.stdout_to {
             s += &format!(" >{}", path.display());
+        }
+        if let Some(uid) = self.user {
+            s += &format!(" (as uid {uid})");
         }
         s
     }
@@ -1110,19 +1151,31 @@ fn unreadable_inputs() {
     failures.finish();
 }
 
+/// An input its user may not read: both programs run as `nobody`, since
+/// root reads any file whatever its mode. Then an output file its user may
+/// not write (root's, mode 0644).
 #[test]
 fn permission_denied() {
     use std::os::unix::fs::PermissionsExt;
     let mut sandbox = Sandbox::new();
-    sandbox.random_file("secret", 100, 18);
+    sandbox
+        .random_file("secret", 100, 18)
+        .random_file("a", 100, 19);
     let path = sandbox.input_path(OsStr::new("secret"));
     fs::set_permissions(&path, fs::Permissions::from_mode(0o000)).unwrap();
-    if fs::File::open(&path).is_ok() {
-        eprintln!("skipping permission_denied: running with CAP_DAC_OVERRIDE (root)");
-        return;
+    let mut failures = Failures::default();
+    for args in [
+        &["digest", "secret"][..],
+        &["digest", "secret", "--out-merkle-tree=t"],
+    ] {
+        let case = sandbox.cmd(args).run_as(NOBODY);
+        failures.add(case.check_failure("Permission denied"));
     }
-    sandbox.check(&["digest", "secret"]);
-    sandbox.check(&["digest", "secret", "--out-merkle-tree=t"]);
+    for out in ["--out-merkle-tree=t", "--out-descriptor=t"] {
+        let case = sandbox.cmd(&["digest", "a", out]).prefill("t", b"root's");
+        failures.add(case.run_as(NOBODY).check_failure("Permission denied"));
+    }
+    failures.finish();
 }
 
 #[test]

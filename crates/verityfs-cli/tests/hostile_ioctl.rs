@@ -1,17 +1,16 @@
 //! Hostile `FS_IOC_ENABLE_VERITY` and `FS_IOC_MEASURE_VERITY` arguments
-//! through a real mount (issue 6, item 4): bad versions, reserved bytes,
-//! huge or lying salt and signature sizes, null, unmapped and half-mapped
-//! pointers, tiny and huge digest buffers, on plain files, verity files and
-//! directories.
+//! through a real mount: bad versions, reserved bytes, huge or lying salt
+//! and signature sizes, null, unmapped and half-mapped pointers, tiny and
+//! huge digest buffers, on plain files, verity files and directories.
 //!
 //! Every call's errno is checked against [`expected_enable`] and
 //! [`expected_measure`], small reference models of what the kernel's FUSE
 //! driver (`fs/fuse/ioctl.c`: `fuse_setup_enable_verity()`,
 //! `fuse_setup_measure_verity()`, `fuse_do_ioctl()`) and then the daemon
 //! must answer, the daemon following `fsverity_ioctl_enable()`'s order
-//! (`conformance.md` §2). A first pass sweeps the boundaries (each reserved
-//! byte, each bad pointer, each size limit, each digest buffer size on each
-//! kind of file); then a seeded random run (`VERITYFS_HOSTILE_SEED`,
+//! (Linux's `fs/verity/enable.c`). A first pass sweeps the boundaries (each
+//! reserved byte, each bad pointer, each size limit, each digest buffer
+//! size on each kind of file); then a seeded random run (`VERITYFS_HOSTILE_SEED`,
 //! `VERITYFS_HOSTILE_CALLS`, default 8000 calls) mixes them. Along the way
 //! and at the end the mount must keep serving: verity files read and
 //! measure right, failed enables leave no trace, a valid enable still
@@ -882,6 +881,11 @@ fn hostile_verity_ioctls_get_the_kernels_errnos_and_the_mount_keeps_serving() {
         eprintln!("  {ioctl:7} {kind:?}: {result}: {n}");
     }
     let mismatches = std::mem::take(&mut attack.mismatches);
+    let enabled = attack.enabled;
+    let measured = attack
+        .results
+        .get(&("measure", Kind::Verity, "ok".to_owned()));
+    let measured = measured.copied().unwrap_or(0);
     // Close every file before unmounting.
     drop(attack);
     if !mismatches.is_empty() {
@@ -891,6 +895,11 @@ fn hostile_verity_ioctls_get_the_kernels_errnos_and_the_mount_keeps_serving() {
             mismatches[..mismatches.len().min(40)].join("\n")
         );
     }
+    // The calls reached the success paths too, not only the refusals.
+    assert!(
+        enabled > 0 && measured > 0,
+        "{enabled} enables and {measured} measures succeeded (seed {seed:#x})"
+    );
 
     // A valid enable still works afterwards, and measures as fsverity says.
     let data = random_bytes(300_000, seed);

@@ -293,8 +293,10 @@ fn digest_of(path: &Path) -> String {
 }
 
 /// kill -9 the daemon at random moments of enables of files of several
-/// sizes; after a remount every file is either intact and not verity, or
-/// verity with the digest of its original bytes.
+/// sizes, and once per size just after the enable succeeded; after a
+/// remount every file is either intact and not verity, or verity with the
+/// digest of its original bytes, and every enable fsverity saw succeed
+/// stays done.
 #[test]
 fn daemon_killed_during_enable() {
     let tmp = tempfile::tempdir().unwrap();
@@ -330,11 +332,19 @@ fn daemon_killed_during_enable() {
                 .arg(mnt.join(&name))
                 .spawn()
                 .unwrap();
-            // Up to about the time the enable takes (hashing at ~2 GB/s).
-            std::thread::sleep(Duration::from_micros(next() % (size / 2000)));
-            mount.child.kill().unwrap();
+            let acknowledged = if i + 1 < iterations {
+                // Up to about the time the enable takes (hashing at ~2 GB/s).
+                std::thread::sleep(Duration::from_micros(next() % (size / 2000)));
+                mount.child.kill().unwrap();
+                // Killed or not, fsverity exits.
+                enabler.wait().unwrap().success()
+            } else {
+                let status = enabler.wait().unwrap();
+                assert!(status.success(), "{name}: fsverity enable: {status}");
+                mount.child.kill().unwrap();
+                true
+            };
             drop(mount);
-            let _ = enabler.wait();
             let _m = Mount::new(&backing, &mnt, &[]);
             let measured = run("fsverity", &["measure", mnt.join(&name).to_str().unwrap()]);
             if measured.status.success() {
@@ -346,6 +356,10 @@ fn daemon_killed_during_enable() {
                 );
             } else {
                 rolled_back += 1;
+                assert!(
+                    !acknowledged,
+                    "{name}: enabled, then not verity after the kill"
+                );
                 assert!(String::from_utf8_lossy(&measured.stderr).contains("No data available"));
                 assert_eq!(
                     std::fs::metadata(&path).unwrap().len(),

@@ -726,6 +726,15 @@ fn enable_and_measure_are_identical() {
             );
         }
     }
+    // Both programs really enabled what they should, and refused f3: a
+    // step cannot pass by failing the same way twice.
+    for name in ["f0", "f1", "f2", "f3", "f4", "f5", "f6"] {
+        for path in twins.backing(name) {
+            let state = FileState::read_path(&path).unwrap();
+            let verity = matches!(state, FileState::Verity(_));
+            assert_eq!(verity, name != "f3", "{}: {state:?}", path.display());
+        }
+    }
     // The signatures are stored after the descriptor, and the digest is
     // the one signed.
     for (name, sig, sha512) in [("f4", sig4, false), ("f5", sig5, true)] {

@@ -6,8 +6,10 @@
 //! then sends SIGTERM as `systemctl stop` does and checks that the daemon
 //! exits with status 0 and the mount is gone.
 //!
-//! Only `/usr/bin/verityfs` is replaced, by the binary under test. Needs
-//! root and `/dev/fuse`, like `tests/mount.rs`.
+//! Only `/usr/bin/verityfs` is replaced, by the binary under test. The
+//! instance names are checked against systemd's own `systemd-escape`. Needs
+//! root and `/dev/fuse`, like `tests/mount.rs`, and Debian's `systemd`
+//! package; fails without them.
 
 use std::collections::HashMap;
 use std::fs;
@@ -67,6 +69,19 @@ fn escape_path(path: &Path) -> String {
         }
     }
     out
+}
+
+/// `systemd-escape ARGS...`'s output line: systemd's own escaping, which
+/// [`escape_path`] and [`unescape_path`] must match.
+fn systemd_escape(args: &[&str]) -> String {
+    let out = Command::new("systemd-escape")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run systemd-escape ({e}): install Debian's systemd package")
+        });
+    assert!(out.status.success(), "systemd-escape {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap().trim_end().to_owned()
 }
 
 /// The inverse of [`escape_path`], with the leading `/` (systemd's `%f`).
@@ -199,20 +214,13 @@ fn unit_parses_as_expected() {
     assert!(exec.starts_with(&format!("{INSTALLED} mount ")), "{exec}");
     assert!(setting(&section(&unit, "Unit"), "Documentation").contains("man:verityfs-mount(1)"));
 
-    // The helpers agree with systemd-escape where it is installed.
-    let path = Path::new("/srv/my-verity.d/a b");
-    assert_eq!(escape_path(path), "srv-my\\x2dverity.d-a\\x20b");
-    assert_eq!(unescape_path(&escape_path(path)), path.to_str().unwrap());
-    if let Ok(out) = Command::new("systemd-escape")
-        .arg("--path")
-        .arg(path)
-        .output()
-    {
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout).trim(),
-            escape_path(path)
-        );
-    }
+    // The helpers agree with systemd-escape.
+    let path = "/srv/my-verity.d/a b";
+    let escaped = "srv-my\\x2dverity.d-a\\x20b";
+    assert_eq!(escape_path(Path::new(path)), escaped);
+    assert_eq!(systemd_escape(&["--path", path]), escaped);
+    assert_eq!(unescape_path(escaped), path);
+    assert_eq!(systemd_escape(&["--unescape", "--path", escaped]), path);
     let env = environment_file("BACKING=/b\nOPTIONS=\"-o ro  --threads=2\"\n");
     assert_eq!(
         exec_argv("-/x ${BACKING} %f $OPTIONS $UNSET", &env),
@@ -236,6 +244,7 @@ fn exec_start_mounts_and_sigterm_unmounts() {
     fs::write(backing.join("hello"), b"hello, world\n").unwrap();
     // The mount point is missing: the daemon creates it.
     let instance = escape_path(&mnt);
+    assert_eq!(instance, systemd_escape(&["--path", mnt.to_str().unwrap()]));
 
     // /etc/verityfs/%i.conf, written to the temporary directory.
     let env_setting = specifiers(setting(&service, "EnvironmentFile"), &instance);

@@ -84,6 +84,13 @@ impl Shard {
     }
 }
 
+/// The shard holding `key`. Consecutive blocks of a file land in different
+/// shards.
+fn shard_index(key: BlockKey) -> usize {
+    let h = key.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key.1;
+    h as usize % SHARDS
+}
+
 /// A bounded, sharded cache of tree blocks.
 pub struct TreeCache {
     shards: Vec<Mutex<Shard>>,
@@ -100,9 +107,7 @@ impl TreeCache {
     }
 
     fn shard(&self, key: BlockKey) -> std::sync::MutexGuard<'_, Shard> {
-        // Consecutive blocks of a file land in different shards.
-        let h = key.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ key.1;
-        let shard = &self.shards[h as usize % SHARDS];
+        let shard = &self.shards[shard_index(key)];
         shard
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -186,19 +191,23 @@ mod tests {
     }
 
     #[test]
+    fn consecutive_blocks_spread_over_every_shard() {
+        for file in [0, 1, 7, u64::MAX] {
+            let shards: std::collections::HashSet<usize> = (0..SHARDS as u64)
+                .map(|block| shard_index((file, block)))
+                .collect();
+            assert_eq!(shards.len(), SHARDS, "file {file}");
+        }
+    }
+
+    #[test]
     fn referenced_blocks_get_a_second_chance() {
         let cache = TreeCache::new(SHARDS * 2048); // two blocks per shard
-        let key_in_same_shard = |n: u64| {
-            let first = (0, 0u64);
+        let key_in_same_shard = |n: usize| {
             (1u64..)
                 .map(|i| (0, i))
-                .filter(move |&k| {
-                    let h = |k: BlockKey| {
-                        (k.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ k.1) as usize % SHARDS
-                    };
-                    h(k) == h(first)
-                })
-                .nth(n as usize)
+                .filter(|&k| shard_index(k) == shard_index((0, 0)))
+                .nth(n)
                 .unwrap()
         };
         let (a, b, c) = ((0, 0), key_in_same_shard(0), key_in_same_shard(1));

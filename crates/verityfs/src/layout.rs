@@ -220,10 +220,28 @@ mod tests {
             prop_assert!(l.tree_pos >= data && l.tree_pos % TREE_ALIGNMENT == 0);
         }
 
+        /// Arbitrary bytes, and valid records with one bit flipped: decoding
+        /// never panics, and whatever decodes is the one record encoded as
+        /// exactly those bytes.
         #[test]
-        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
-            let _ = Location::decode(&bytes);
-            let _ = EnablingRecord::decode(&bytes);
+        fn decode_accepts_only_canonical_records(
+            bytes in proptest::collection::vec(any::<u8>(), 0..64),
+            data in 0u64..1 << 50,
+            tree in 0u64..1 << 40,
+            flip in 0usize..LOCATION_SIZE * 8,
+        ) {
+            let mut location = Location::new(data, tree, 256).unwrap().encode();
+            location[flip / 8] ^= 1 << (flip % 8);
+            let mut enabling = EnablingRecord { data_size: data }.encode();
+            enabling[flip / 8 % ENABLING_SIZE] ^= 1 << (flip % 8);
+            for b in [&bytes[..], &location[..], &enabling[..]] {
+                if let Ok(l) = Location::decode(b) {
+                    prop_assert_eq!(&l.encode()[..], b);
+                }
+                if let Ok(r) = EnablingRecord::decode(b) {
+                    prop_assert_eq!(&r.encode()[..], b);
+                }
+            }
         }
     }
 

@@ -63,6 +63,7 @@ fn interrupted_enable_leaves_the_file_as_it_was() {
             Ok(())
         };
         build_merkle_tree(&params, size as u64, &data[..], DiscardTree, &mut count).unwrap();
+        assert!(chunks > 0, "size {size}: no progress call to stop at");
         for stop_at in 1..=chunks {
             let mut calls = 0;
             let mut progress = |_| {
@@ -127,10 +128,8 @@ fn sequential_reads_with_and_without_readahead() {
 }
 
 /// `read_metadata` is pread-like: an offset past the end of an item reads
-/// nothing, however large. Library bug: for the Merkle tree it computes
-/// `tree_pos + offset` unchecked (`read_metadata.rs`, `read_tree_bytes`),
-/// which panics with "attempt to add with overflow" in builds with overflow
-/// checks (tests, debug) for offsets within `tree_pos` of 2^64.
+/// nothing, however large, including offsets within `tree_pos` of 2^64,
+/// where an unchecked `tree_pos + offset` would overflow.
 #[test]
 fn read_metadata_far_past_the_end_reads_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,8 +1,9 @@
 //! Shared by the fuzz targets: an allocation counter (to catch allocations
 //! proportional to untrusted sizes) and a reference implementation of
-//! fs-verity hashing written straight from the specification, on the plain
-//! `sha2` crate (the library uses its own multi-buffer SHA-256 and OpenSSL's
-//! SHA-512, so this is a real second implementation).
+//! fs-verity hashing written straight from the kernel's documentation
+//! (`Documentation/filesystems/fsverity.rst`), on the plain `sha2` crate
+//! (the library uses its own multi-buffer SHA-256 and OpenSSL's SHA-512, so
+//! this is a real second implementation).
 
 #![allow(dead_code)]
 
