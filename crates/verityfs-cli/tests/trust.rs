@@ -22,6 +22,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rustix::fs::{fadvise, Advice};
@@ -176,6 +177,178 @@ fn pages_cached_before_do_not_survive() {
         old.read_exact_at(&mut page, at).map(|()| page),
         "old descriptor, cached page",
     );
+}
+
+/// A program holding a descriptor of `argv[1]` (`argv[2]` bytes) opened
+/// and mapped before the file becomes verity, driven line by line on
+/// stdin: "store" writes through a shared writable mapping at `argv[3]`,
+/// "fault" reads that byte through a read-only mapping made (and read,
+/// so cached) at the start. It says "ready" and answers "done" to each.
+const MAPPER: &str = r#"
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+size, at = int(sys.argv[2]), int(sys.argv[3])
+shared = mmap.mmap(fd, size, mmap.MAP_SHARED)
+reader = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+reader[at]
+print("ready", flush=True)
+for line in sys.stdin:
+    if line.strip() == "store":
+        other = shared[at] ^ 0xff
+        for _ in range(100):
+            shared[at] = other
+        try:
+            shared.flush()
+        except OSError:
+            pass
+    elif line.strip() == "fault":
+        reader[at]
+    print("done", flush=True)
+"#;
+
+/// The running [`MAPPER`].
+struct Mapper {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Mapper {
+    fn start(path: &Path) -> Mapper {
+        let mut child = Command::new("/usr/bin/python3")
+            .args(["-c", MAPPER])
+            .arg(path)
+            .args([SIZE.to_string(), TAMPERED.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting python3");
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut mapper = Mapper { child, out };
+        assert_eq!(mapper.answer().as_deref(), Some("ready"));
+        mapper
+    }
+
+    /// Sends `command`; the answer, `None` if the program died.
+    fn send(&mut self, command: &str) -> Option<String> {
+        use std::io::Write;
+        writeln!(self.child.stdin.as_mut().unwrap(), "{command}").ok()?;
+        self.answer()
+    }
+
+    fn answer(&mut self) -> Option<String> {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.out.read_line(&mut line).ok()?;
+        (!line.is_empty()).then(|| line.trim().to_owned())
+    }
+
+    /// Waits for the program to end; its signal, if one killed it.
+    fn finish(mut self) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        drop(self.child.stdin.take());
+        wait_for(&mut self.child, COMMAND_TIMEOUT)
+            .expect("python3 did not exit")
+            .signal()
+    }
+}
+
+/// Fails, naming the first differing byte, unless `got` is `want`.
+#[track_caller]
+fn assert_same(got: &[u8], want: &[u8], what: &str) {
+    let diff = got.iter().zip(want).position(|(a, b)| a != b);
+    assert!(
+        got.len() == want.len() && diff.is_none(),
+        "{what}: {} bytes instead of {}, first difference at {diff:?}",
+        got.len(),
+        want.len()
+    );
+}
+
+/// Handles opened for writing before the file became verity in the
+/// backing store: writes through them (`write(2)`, stores to a shared
+/// mapping) are refused, and what the kernel copied into its page cache
+/// before refusing never reaches a reader who opens the verity file after.
+#[test]
+fn writers_opened_before_cannot_poison_new_readers() {
+    let m = Mount::new();
+    let data = victim_and_genuine(&m);
+    let writer = OpenOptions::new()
+        .write(true)
+        .open(m.path("victim"))
+        .unwrap();
+    let mut mapper = Mapper::start(&m.path("victim"));
+    run_ok(
+        Command::new("cp")
+            .arg("--preserve=xattr")
+            .arg(m.backing("genuine"))
+            .arg(m.backing("victim")),
+    );
+    fs::metadata(m.path("victim")).unwrap();
+    assert_eq!(read_new(&m.path("victim")).unwrap(), data);
+    let (stop, stopped) = (
+        std::sync::Arc::new(AtomicBool::new(false)),
+        Ordering::Relaxed,
+    );
+    let writing = {
+        let stop = stop.clone();
+        let other = [!data[TAMPERED as usize]];
+        std::thread::spawn(move || {
+            while !stop.load(stopped) {
+                assert_errno(writer.write_at(&other, TAMPERED), libc::EPERM, "write");
+            }
+        })
+    };
+    for _ in 0..200 {
+        assert_same(&read_new(&m.path("victim")).unwrap(), &data, "new reader");
+    }
+    assert_eq!(mapper.send("store").as_deref(), Some("done"));
+    for _ in 0..20 {
+        assert_same(&read_new(&m.path("victim")).unwrap(), &data, "new reader");
+    }
+    stop.store(true, stopped);
+    writing.join().unwrap();
+    mapper.finish();
+}
+
+/// Sets the modification time of `path` (an attacker covering tracks, so
+/// that the kernel's own check of changed attributes sees nothing).
+fn set_mtime(path: &Path, mtime: std::time::SystemTime) {
+    let times = fs::FileTimes::new().set_modified(mtime);
+    let file = File::options().write(true).open(path).unwrap();
+    file.set_times(times).unwrap();
+}
+
+/// Pages a reader mapped while the file was ordinary, cached, then the
+/// backing store makes it verity with other data: once anything meets the
+/// file (here a `stat`), the mapping no longer serves the cached page: the
+/// fault reaches the daemon, which verifies, and the reader gets SIGBUS.
+#[test]
+fn mapped_pages_are_invalidated_at_the_switch() {
+    let m = Mount::new();
+    victim_and_genuine(&m);
+    let victim = m.backing("victim");
+    let mtime = fs::metadata(&victim).unwrap().modified().unwrap();
+    let restore = || set_mtime(&victim, mtime);
+    flip_byte(&victim, TAMPERED);
+    restore();
+    // Attributes cached while ordinary, so the mtime check sees no change.
+    std::thread::sleep(Duration::from_millis(1200));
+    let mut mapper = Mapper::start(&m.path("victim"));
+    let tampered = fs::read(&victim).unwrap();
+    run_ok(
+        Command::new("cp")
+            .arg("--preserve=xattr")
+            .arg(m.backing("genuine"))
+            .arg(&victim),
+    );
+    let file = OpenOptions::new().write(true).open(&victim).unwrap();
+    file.write_all_at(&tampered[..SIZE], 0).unwrap();
+    restore();
+    std::thread::sleep(Duration::from_millis(1200));
+    fs::metadata(m.path("victim")).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(mapper.send("fault"), None, "the cached page was served");
+    assert_eq!(mapper.finish(), Some(libc::SIGBUS));
 }
 
 // ---------------------------------------------------------------------------
@@ -397,8 +570,27 @@ fn fill_as_nobody(target: &Path) -> bool {
     String::from_utf8_lossy(&out.stderr).contains("No space left on device")
 }
 
-/// `nobody` fills a small ext4 through the mount: the blocks reserved for
-/// root stay free, exactly as when `nobody` writes directly.
+/// Writes 4 MiB through a shared writable mapping of a new file, as
+/// `nobody`.
+fn map_as_nobody(path: &Path) {
+    let script = "import mmap, os, sys\n\
+                  fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)\n\
+                  os.ftruncate(fd, 4 << 20)\n\
+                  m = mmap.mmap(fd, 4 << 20, mmap.MAP_SHARED)\n\
+                  for off in range(0, 4 << 20, 4096): m[off] = 1\n\
+                  try: m.flush()\n\
+                  except OSError: pass\n";
+    run(Command::new("setpriv")
+        .arg(format!("--reuid={NOBODY}"))
+        .arg(format!("--regid={NOBODY}"))
+        .arg("--clear-groups")
+        .args(["/usr/bin/python3", "-c", script])
+        .arg(path));
+}
+
+/// `nobody` fills a small ext4 through the mount, with `write(2)` and
+/// through a shared mapping: the blocks reserved for root stay free,
+/// exactly as when `nobody` writes directly.
 #[test]
 fn writes_through_the_mount_respect_reserved_blocks() {
     let ext4 = SmallExt4::new();
@@ -416,6 +608,8 @@ fn writes_through_the_mount_respect_reserved_blocks() {
     fs::remove_file(backing.join("direct")).unwrap();
     let m = Mount::of_backing(&backing, &["-o", "allow_other"]);
     assert!(fill_as_nobody(&m.path("through")));
+    // The kernel writes shared mappings back without credentials.
+    map_as_nobody(&m.path("mapped"));
     let (free_mount, _) = ext4.free();
     assert!(
         free_mount + 16 >= free_direct,

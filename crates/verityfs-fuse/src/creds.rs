@@ -35,30 +35,57 @@ pub(crate) fn can_switch() -> bool {
     true
 }
 
-/// The calling thread runs as a caller until this is dropped.
-struct AsCaller {
+/// Whose credentials a request runs with: the caller's at the time of the
+/// request, or for writes through a descriptor, its opener's (the kernel
+/// sends the writeback of a shared mapping without credentials, as root).
+#[derive(Clone, Debug)]
+pub(crate) struct Creds {
+    uid: u32,
+    gid: u32,
+    groups: Vec<Gid>,
+}
+
+impl Creds {
+    /// The credentials of `caller`, supplementary groups included.
+    pub(crate) fn of(caller: &Caller) -> Creds {
+        let groups = if caller.uid == 0 && caller.gid == 0 {
+            Vec::new()
+        } else {
+            caller.groups().into_iter().map(Gid::from_raw).collect()
+        };
+        Creds {
+            uid: caller.uid,
+            gid: caller.gid,
+            groups,
+        }
+    }
+
+    fn is_root(&self) -> bool {
+        self.uid == 0 && self.gid == 0
+    }
+}
+
+/// The calling thread runs with other credentials until this is dropped.
+struct Switched {
     daemon_gid: Gid,
 }
 
-impl AsCaller {
-    fn assume(caller: &Caller, groups: Groups) -> Result<AsCaller, Errno> {
-        let daemon_gid = rustix::process::getegid();
-        let groups: Vec<Gid> = match groups {
-            Groups::Caller => caller.groups().into_iter().map(Gid::from_raw).collect(),
-            Groups::None => Vec::new(),
+impl Switched {
+    fn to(creds: &Creds) -> Result<Switched, Errno> {
+        let guard = Switched {
+            daemon_gid: rustix::process::getegid(),
         };
-        let guard = AsCaller { daemon_gid };
         // Groups and gid first: changing them needs CAP_SETGID, which the
         // thread loses with a non-root effective uid. The guard restores
         // whatever was changed if a later step fails.
-        set_thread_groups(&groups).map_err(crate::inodes::errno)?;
-        set_thread_res_gid(None, Gid::from_raw(caller.gid), None).map_err(crate::inodes::errno)?;
-        set_thread_res_uid(None, Uid::from_raw(caller.uid), None).map_err(crate::inodes::errno)?;
+        set_thread_groups(&creds.groups).map_err(crate::inodes::errno)?;
+        set_thread_res_gid(None, Gid::from_raw(creds.gid), None).map_err(crate::inodes::errno)?;
+        set_thread_res_uid(None, Uid::from_raw(creds.uid), None).map_err(crate::inodes::errno)?;
         Ok(guard)
     }
 }
 
-impl Drop for AsCaller {
+impl Drop for Switched {
     fn drop(&mut self) {
         // The effective uid first: back to root restores the capabilities
         // needed to restore the rest. A thread that cannot become itself
@@ -73,28 +100,17 @@ impl Drop for AsCaller {
     }
 }
 
-/// Which supplementary groups a request runs with.
-#[derive(Clone, Copy)]
-pub(crate) enum Groups {
-    /// The caller's: for anything that checks permissions.
-    Caller,
-    /// None: for writes through a descriptor already open, which check no
-    /// permission, so that they need not read the caller's groups.
-    None,
-}
-
-/// Runs `f` with the credentials of `caller` when `switch` is set (a root
-/// daemon), directly otherwise.
+/// Runs `f` with `creds` when `switch` is set (a root daemon), directly
+/// otherwise.
 pub(crate) fn run_as<T>(
     switch: bool,
-    caller: &Caller,
-    groups: Groups,
+    creds: &Creds,
     f: impl FnOnce() -> Result<T, Errno>,
 ) -> Result<T, Errno> {
-    if !switch || caller.uid == 0 && caller.gid == 0 {
+    if !switch || creds.is_root() {
         return f();
     }
-    let guard = AsCaller::assume(caller, groups)?;
+    let guard = Switched::to(creds)?;
     let result = f();
     drop(guard);
     result

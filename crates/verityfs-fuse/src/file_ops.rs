@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use fuser::{Errno, FileAttr, FileHandle, FopenFlags, OpenFlags};
 use rustix::fs::{Mode, OFlags};
-use verityfs::FileState;
+use verityfs::{FileState, VerityFile};
 
 use crate::caller::Caller;
+use crate::creds::Creds;
 use crate::fs::{lib_errno, VerityFs};
 use crate::handles::Handle;
-use crate::inodes::{errno, Inode};
+use crate::inodes::{errno, Inode, VerityState};
 
 /// Flags that only make sense when creating, or that `/proc/self/fd`
 /// reopening cannot honour.
@@ -35,54 +36,89 @@ fn wants_write(flags: OpenFlags) -> bool {
 impl VerityFs {
     /// `open` of a regular file: verity files only for reading (`EPERM`
     /// otherwise, as `__fsverity_file_open()`), other files not for writing
-    /// while an enable runs (`ETXTBSY`).
+    /// while an enable runs (`ETXTBSY`). `ESTALE` for an inode retired when
+    /// its file became verity with writers open: the kernel looks the name
+    /// up again and opens the fresh inode, whose cache they never touched.
     pub(crate) fn open_file(
         &self,
         caller: Caller,
         inode: &Arc<Inode>,
         flags: OpenFlags,
     ) -> Result<(FileHandle, FopenFlags), Errno> {
+        let creds = Creds::of(&caller);
         let write = wants_write(flags);
         let mut verity = inode.verity();
-        if let Some(file) = self.verity_file(inode, &mut verity)? {
+        let verity_file = self.verity_file(inode, &mut verity)?;
+        if inode.is_retired() {
+            return Err(Errno::from_i32(libc::ESTALE));
+        }
+        if let Some(file) = verity_file {
             if write {
                 return Err(Errno::EPERM);
             }
-            let handle = Handle::Verity {
-                file,
-                inode: inode.clone(),
-            };
-            // Verified pages may stay in the kernel's cache: the file
-            // cannot change. But pages cached before it became verity (or
-            // before this daemon started) were never verified: the first
-            // open drops them (an open without FOPEN_KEEP_CACHE does).
-            let keep = std::mem::replace(&mut verity.cache_verified, true);
-            let flags = if keep {
-                FopenFlags::FOPEN_KEEP_CACHE
-            } else {
-                FopenFlags::empty()
-            };
-            return Ok((self.handles.insert(handle), flags));
+            // The daemon reads verity files with its own descriptor: the
+            // caller must still be one who may open the backing file
+            // (ACLs and all), as when reading it directly.
+            self.with_creds(&creds, || self.open_backing(inode, OFlags::RDONLY))?;
+            return Ok(self.verity_handle(inode, &mut verity, file));
         }
         if write && verity.enabling {
             return Err(Errno::ETXTBSY);
         }
         let oflags = OFlags::from_bits_retain((flags.0 & !CREATE_ONLY) as u32);
-        let file = self.as_caller(&caller, || self.open_backing(inode, oflags))?;
+        let file = self.with_creds(&creds, || self.open_backing(inode, oflags))?;
+        let fh = self.plain_handle(inode, &mut verity, file, flags, creds);
+        Ok((fh, FopenFlags::empty()))
+    }
+
+    fn verity_handle(
+        &self,
+        inode: &Arc<Inode>,
+        verity: &mut VerityState,
+        file: Arc<VerityFile>,
+    ) -> (FileHandle, FopenFlags) {
+        let handle = Handle::Verity {
+            file,
+            inode: inode.clone(),
+        };
+        // Verified pages may stay in the kernel's cache: the file cannot
+        // change. But pages cached before it became verity (or before this
+        // daemon started) were never verified: the first open drops them
+        // (an open without FOPEN_KEEP_CACHE does).
+        let keep = std::mem::replace(&mut verity.cache_verified, true);
+        let flags = if keep {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        (self.handles.insert(handle), flags)
+    }
+
+    fn plain_handle(
+        &self,
+        inode: &Arc<Inode>,
+        verity: &mut VerityState,
+        file: File,
+        flags: OpenFlags,
+        creds: Creds,
+    ) -> FileHandle {
+        let write = wants_write(flags);
         if write {
             verity.writers += 1;
         }
-        let read = wants_read(flags);
-        let handle = Handle::Plain {
+        self.handles.insert(Handle::Plain {
             file,
-            read,
+            read: wants_read(flags),
             write,
             inode: inode.clone(),
-        };
-        Ok((self.handles.insert(handle), FopenFlags::empty()))
+            creds,
+        })
     }
 
-    /// `create`: makes the file as the caller, then opens it.
+    /// `create`: opens the name as the caller, creating the file if it is
+    /// not there. Without `O_EXCL` a renamer may have put any file there
+    /// meanwhile: the file actually opened (never another one looked up by
+    /// name) gets the checks of `open` before it is truncated or written.
     pub(crate) fn create_file(
         &self,
         caller: Caller,
@@ -92,27 +128,45 @@ impl VerityFs {
         umask: u32,
         flags: i32,
     ) -> Result<(FileAttr, FileHandle), Errno> {
-        let oflags =
-            OFlags::from_bits_retain((flags | libc::O_CREAT) as u32 & !(libc::O_NOCTTY as u32))
-                | OFlags::CLOEXEC
-                | OFlags::NOFOLLOW;
+        let creds = Creds::of(&caller);
+        let oflags = (flags | libc::O_CREAT) & !(libc::O_NOCTTY | libc::O_TRUNC);
+        let oflags = OFlags::from_bits_retain(oflags as u32) | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         let mode = Mode::from_raw_mode(mode & !umask);
-        let fd = self.as_caller(&caller, || {
+        let fd = self.with_creds(&creds, || {
             rustix::fs::openat(&parent.fd, name, oflags, mode).map_err(errno)
         })?;
-        let (inode, attr) = self.lookup_child(parent, name)?;
-        let write = wants_write(OpenFlags(flags));
-        if write {
-            inode.verity().writers += 1;
+        let st = rustix::fs::fstat(&fd).map_err(errno)?;
+        let path_fd = rustix::io::fcntl_dupfd_cloexec(&fd, 0).map_err(errno)?;
+        let inode = self.inodes.insert(path_fd, &st);
+        let opened = self.open_created(&inode, fd.into(), OpenFlags(flags), creds);
+        let attr = opened.and_then(|fh| Ok((self.attr(&inode)?, fh)));
+        if attr.is_err() {
+            // The kernel gets no entry: it holds no reference to forget.
+            self.inodes.forget(inode.ino, 1);
         }
-        let read = wants_read(OpenFlags(flags));
-        let handle = Handle::Plain {
-            file: fd.into(),
-            read,
-            write,
-            inode,
-        };
-        Ok((attr, self.handles.insert(handle)))
+        attr
+    }
+
+    fn open_created(
+        &self,
+        inode: &Arc<Inode>,
+        file: File,
+        flags: OpenFlags,
+        creds: Creds,
+    ) -> Result<FileHandle, Errno> {
+        let mut verity = inode.verity();
+        if wants_write(flags) {
+            if self.verity_file(inode, &mut verity)?.is_some() {
+                return Err(Errno::EPERM);
+            }
+            if verity.enabling {
+                return Err(Errno::ETXTBSY);
+            }
+        }
+        if flags.0 & libc::O_TRUNC != 0 {
+            self.with_creds(&creds, || file.set_len(0).map_err(Errno::from))?;
+        }
+        Ok(self.plain_handle(inode, &mut verity, file, flags, creds))
     }
 
     /// `release`: forgets the handle and its write access.
@@ -169,18 +223,20 @@ impl VerityFs {
         if verity.file.is_none() && matches!(FileState::read(file), Ok(FileState::Regular)) {
             return Ok(n);
         }
-        match self.verity_file(inode, &mut verity)? {
-            Some(verity) => read_verified(&verity, buf, offset),
+        let file = self.verity_file(inode, &mut verity)?;
+        drop(verity);
+        match file {
+            Some(file) => read_verified(&file, buf, offset),
             None => Ok(n),
         }
     }
 
     /// `write`: ordinary files only (verity files are never open for
-    /// writing), as the caller, so that the backing filesystem's quotas and
-    /// reserved blocks apply to them.
+    /// writing), with the credentials of whoever opened the handle (the
+    /// kernel sends the writeback of shared mappings as root), so that the
+    /// backing filesystem's quotas and reserved blocks apply to them.
     pub(crate) fn write_file(
         &self,
-        caller: Caller,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -192,8 +248,11 @@ impl VerityFs {
                 write: true, inode, ..
             } if inode.verity().file.is_some() => Err(Errno::EPERM),
             Handle::Plain {
-                file, write: true, ..
-            } => self.writing_as(&caller, || {
+                file,
+                write: true,
+                creds,
+                ..
+            } => self.with_creds(creds, || {
                 file.write_all_at(data, offset).map_err(Errno::from)?;
                 Ok(data.len() as u32)
             }),

@@ -349,7 +349,7 @@ impl Filesystem for VerityFs {
 
     fn write(
         &self,
-        req: &Request,
+        _req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -359,7 +359,7 @@ impl Filesystem for VerityFs {
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        reply_with!(reply, self.write_file(caller(req), fh, offset, data), |n| {
+        reply_with!(reply, self.write_file(fh, offset, data), |n| {
             reply.written(n)
         });
     }
@@ -480,13 +480,17 @@ impl Filesystem for VerityFs {
         reply_with!(reply, result, |()| reply.ok());
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let result = self.inode(ino).and_then(|i| self.get_xattr(&i, name, size));
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let result = self
+            .inode(ino)
+            .and_then(|i| self.get_xattr(caller(req), &i, name, size));
         reply_with!(reply, result, |value| xattr_reply(reply, size, &value));
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let result = self.inode(ino).and_then(|i| self.list_xattr(&i));
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let result = self
+            .inode(ino)
+            .and_then(|i| self.list_xattr(caller(req), &i));
         reply_with!(reply, result, |names| xattr_reply(reply, size, &names));
     }
 

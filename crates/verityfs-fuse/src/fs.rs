@@ -14,7 +14,7 @@ use verityfs::{FileState, ReadOptions, Verifier, VerityFile};
 
 use crate::attr::to_file_attr;
 use crate::caller::Caller;
-use crate::creds::Groups;
+use crate::creds::Creds;
 use crate::handles::HandleTable;
 use crate::inodes::{errno, Inode, InodeTable, VerityState};
 use crate::invalidate::Invalidator;
@@ -195,6 +195,13 @@ impl VerityFs {
         // notification, for mappings and descriptors already open.
         verity.cache_verified = false;
         self.invalidator.invalidate(inode.ino);
+        // Handles opened for writing before can still put bytes in this
+        // inode's page cache (the kernel copies a write(2) or a store to a
+        // shared mapping into the page before the daemon can refuse it):
+        // new opens get a fresh inode instead.
+        if verity.writers > 0 {
+            self.inodes.retire(inode);
+        }
         Ok(file)
     }
 
@@ -218,17 +225,16 @@ impl VerityFs {
         caller: &Caller,
         f: impl FnOnce() -> Result<T, Errno>,
     ) -> Result<T, Errno> {
-        crate::creds::run_as(self.switch_creds, caller, Groups::Caller, f)
+        self.with_creds(&Creds::of(caller), f)
     }
 
-    /// Like [`VerityFs::as_caller`] without the caller's supplementary
-    /// groups, for writes through a descriptor already open.
-    pub(crate) fn writing_as<T>(
+    /// Runs `f` with `creds`.
+    pub(crate) fn with_creds<T>(
         &self,
-        caller: &Caller,
+        creds: &Creds,
         f: impl FnOnce() -> Result<T, Errno>,
     ) -> Result<T, Errno> {
-        crate::creds::run_as(self.switch_creds, caller, Groups::None, f)
+        crate::creds::run_as(self.switch_creds, creds, f)
     }
 
     /// The inode `ino`.

@@ -9,6 +9,7 @@ use std::sync::{Arc, RwLock};
 use fuser::{Errno, FileHandle, FileType};
 use verityfs::VerityFile;
 
+use crate::creds::Creds;
 use crate::inodes::Inode;
 
 /// What a handle refers to.
@@ -23,6 +24,8 @@ pub enum Handle {
         write: bool,
         /// The inode.
         inode: Arc<Inode>,
+        /// Its opener's credentials, for writes through it.
+        creds: Creds,
     },
     /// A verity file: read-only, every read verified.
     Verity {

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use fuser::{Errno, FileType, INodeNo};
@@ -37,6 +38,8 @@ pub struct Inode {
     pub kind: FileType,
     key: (u64, u64),
     verity: Mutex<VerityState>,
+    /// No longer found by lookups (see [`InodeTable::retire`]).
+    retired: AtomicBool,
 }
 
 impl Inode {
@@ -51,6 +54,11 @@ impl Inode {
         self.verity
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether [`InodeTable::retire`] was called for this inode.
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
     }
 
     /// The backing object's current attributes.
@@ -128,6 +136,7 @@ impl InodeTable {
             kind: file_type(st),
             key,
             verity: Mutex::default(),
+            retired: AtomicBool::new(false),
         });
         tables.by_key.insert(key, ino);
         tables.by_ino.insert(
@@ -138,6 +147,18 @@ impl InodeTable {
             },
         );
         inode
+    }
+
+    /// Takes `inode` out of lookups: the next lookup of its backing object
+    /// makes a new inode (a new number, so a new kernel inode with an
+    /// empty page cache), while the kernel's references to this one stay
+    /// valid until forgotten.
+    pub fn retire(&self, inode: &Inode) {
+        inode.retired.store(true, Ordering::Release);
+        let mut tables = self.write();
+        if tables.by_key.get(&inode.key) == Some(&inode.ino.0) {
+            tables.by_key.remove(&inode.key);
+        }
     }
 
     /// Drops `n` kernel references to `ino`, and the entry with the last.
@@ -153,7 +174,10 @@ impl InodeTable {
         if entry.lookups == 0 {
             let key = entry.inode.key;
             tables.by_ino.remove(&ino.0);
-            tables.by_key.remove(&key);
+            // A retired inode's key may name its successor by now.
+            if tables.by_key.get(&key) == Some(&ino.0) {
+                tables.by_key.remove(&key);
+            }
         }
     }
 }

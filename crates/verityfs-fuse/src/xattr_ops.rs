@@ -33,6 +33,7 @@ impl VerityFs {
     /// `getxattr`: the value (or its size when `size` is 0).
     pub(crate) fn get_xattr(
         &self,
+        caller: Caller,
         inode: &Inode,
         name: &OsStr,
         size: u32,
@@ -44,24 +45,31 @@ impl VerityFs {
         if is_private(name) {
             return Err(Errno::from_i32(libc::ENODATA));
         }
-        let path = inode.proc_path();
-        let len = rustix::fs::getxattr_query(&path, name).map_err(errno)?;
-        if size == 0 {
-            return Ok(vec![0; len]);
-        }
-        let mut buf = vec![0u8; size as usize];
-        let n = rustix::fs::getxattr(&path, name, &mut buf[..]).map_err(errno)?;
-        buf.truncate(n);
-        Ok(buf)
+        // As the caller: the backing filesystem decides what they may see
+        // (trusted.* names, ACLs...).
+        self.as_caller(&caller, || {
+            let path = inode.proc_path();
+            let len = rustix::fs::getxattr_query(&path, name).map_err(errno)?;
+            if size == 0 {
+                return Ok(vec![0; len]);
+            }
+            let mut buf = vec![0u8; size as usize];
+            let n = rustix::fs::getxattr(&path, name, &mut buf[..]).map_err(errno)?;
+            buf.truncate(n);
+            Ok(buf)
+        })
     }
 
     /// `listxattr`: the names, NUL-terminated, without private ones.
-    pub(crate) fn list_xattr(&self, inode: &Inode) -> Result<Vec<u8>, Errno> {
+    pub(crate) fn list_xattr(&self, caller: Caller, inode: &Inode) -> Result<Vec<u8>, Errno> {
         check_kind(inode)?;
         let path = inode.proc_path();
-        let len = rustix::fs::listxattr_query(&path).map_err(errno)?;
-        let mut buf = vec![0u8; len];
-        let n = rustix::fs::listxattr(&path, &mut buf[..]).map_err(errno)?;
+        let (buf, n) = self.as_caller(&caller, || {
+            let len = rustix::fs::listxattr_query(&path).map_err(errno)?;
+            let mut buf = vec![0u8; len];
+            let n = rustix::fs::listxattr(&path, &mut buf[..]).map_err(errno)?;
+            Ok((buf, n))
+        })?;
         let mut names = Vec::with_capacity(n);
         for name in buf[..n].split(|&b| b == 0).filter(|s| !s.is_empty()) {
             if !is_private(OsStr::from_bytes(name)) {
