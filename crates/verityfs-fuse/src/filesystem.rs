@@ -145,6 +145,10 @@ impl Filesystem for VerityFs {
         Ok(())
     }
 
+    fn destroy(&mut self) {
+        self.mount.release();
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let result = self.inode(parent).and_then(|p| self.lookup_child(&p, name));
         reply_with!(reply, result, |(_, attr)| reply.entry(

@@ -21,11 +21,13 @@ mod inodes;
 /// decoders; not a stable API.
 pub mod ioctl;
 mod mount;
+mod mountinfo;
+mod placement;
 mod policy;
 mod verity_ops;
 mod xattr_ops;
 
 pub use fs::{MountOptions, VerityFs};
-pub use mount::{run, BackgroundMount};
+pub use mount::{accepts_mount_option, run, BackgroundMount};
 pub use policy::SignaturePolicy;
 pub use xattr_ops::STATS_XATTR;

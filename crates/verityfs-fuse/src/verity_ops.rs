@@ -43,7 +43,9 @@ impl VerityFs {
             inode.kind,
             FileType::RegularFile | FileType::Directory | FileType::Symlink
         );
-        if self.options.read_only && writable_kind {
+        // A `mount -o remount,ro` is not told to FUSE daemons: the
+        // mount's flags say it.
+        if writable_kind && (self.options.read_only || self.mount.read_only()) {
             return Err(Errno::from_i32(libc::EROFS));
         }
         let flags = self.backing_flags(&inode)?;
@@ -197,7 +199,9 @@ impl VerityFs {
     fn set_backing_flags(&self, inode: &Inode, flags: u32) -> Result<(), Errno> {
         let file = self.open_backing(inode, OFlags::RDONLY | OFlags::NONBLOCK)?;
         let flags = IFlags::from_bits_retain(flags & !FS_VERITY_FL);
-        rustix::fs::ioctl_setflags(&file, flags).map_err(errno)
+        rustix::fs::ioctl_setflags(&file, flags).map_err(errno)?;
+        self.mount.attributes_changed(inode.ino);
+        Ok(())
     }
 
     fn backing_flags(&self, inode: &Inode) -> Result<IFlags, Errno> {
