@@ -24,6 +24,7 @@ mod mount;
 mod mountinfo;
 mod placement;
 mod policy;
+mod space_ops;
 mod verity_ops;
 mod xattr_ops;
 
