@@ -33,7 +33,8 @@ pub const LONGOPTS: &[LongOpt] = &[
              default_permissions... are accepted and ignored",
         ),
     LongOpt::flag("create", OPT_CREATE).with_help(
-        "Create BACKING (and MOUNTPOINT) if missing; without it a missing BACKING is an error",
+        "Create BACKING if it does not exist (otherwise that is an error; a missing MOUNTPOINT \
+         is always created)",
     ),
     LongOpt::flag("read-only", OPT_READ_ONLY)
         .with_help("Refuse every change to the backing directory (same as -o ro)"),
@@ -84,13 +85,17 @@ pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
         return cmd.usage_error();
     };
     let (backing, mountpoint) = (PathBuf::from(backing), PathBuf::from(mountpoint));
-    if !prepare_directories(&backing, &mountpoint, create) {
+    let Some(made_mountpoint) = prepare_directories(&backing, &mountpoint, create) else {
         return EXIT_FAILURE;
-    }
+    };
     match verityfs_fuse::run(&backing, &mountpoint, options) {
         Ok(()) => EXIT_OK,
         Err(e) => {
             error_msg(e.to_string());
+            // A refused mount leaves no trace (it may be inside BACKING).
+            if made_mountpoint {
+                let _ = std::fs::remove_dir(&mountpoint);
+            }
             EXIT_FAILURE
         }
     }
@@ -98,32 +103,34 @@ pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
 
 /// BACKING must be a directory (created with `--create`: a typo must not
 /// serve a new empty directory). A missing MOUNTPOINT is created, as
-/// systemd does for its mounts.
-fn prepare_directories(backing: &Path, mountpoint: &Path, create: bool) -> bool {
+/// systemd does for its mounts. Returns whether it was, or `None` after
+/// saying why it cannot go on.
+fn prepare_directories(backing: &Path, mountpoint: &Path, create: bool) -> Option<bool> {
     let what = quote("backing directory '", backing.as_os_str(), "'");
     match std::fs::metadata(backing) {
         Ok(m) if !m.is_dir() => {
             let e = io::Error::from_raw_os_error(libc::ENOTDIR);
             crate::output::error_msg_errno(what, &e);
-            return false;
+            return None;
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound && !create => {
             crate::output::error_msg_errno(what, &e);
             error_msg("use --create to create it");
-            return false;
+            return None;
         }
         _ => {}
     }
+    let made_mountpoint = matches!(mountpoint.try_exists(), Ok(false));
     for dir in [backing, mountpoint] {
         if let Err(e) = std::fs::create_dir_all(dir) {
             crate::output::error_msg_errno(
                 quote("can't create directory '", dir.as_os_str(), "'"),
                 &e,
             );
-            return false;
+            return None;
         }
     }
-    true
+    Some(made_mountpoint)
 }
 
 fn take(options: &mut MountOptions, id: u32, value: &OsStr) -> bool {

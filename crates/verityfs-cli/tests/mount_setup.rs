@@ -124,6 +124,11 @@ fn mount_point_inside_backing_is_refused() {
         let err = assert_mount_refused(&base, &[&backing, &mnt], &[], &mnt);
         assert!(err.contains("inside the backing directory"), "{err}");
     }
+    // A mount point to be made there is not left behind.
+    let mnt = backing.join("sub/new-mnt");
+    let err = assert_mount_refused(&base, &[&backing, &mnt], &[], &mnt);
+    assert!(err.contains("inside the backing directory"), "{err}");
+    assert!(!mnt.exists(), "{} was left behind", mnt.display());
     // The same, named through a symbolic link and a relative path.
     symlink(&backing, base.join("link")).unwrap();
     let mnt = base.join("link/mnt");

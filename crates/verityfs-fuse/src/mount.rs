@@ -58,9 +58,11 @@ impl MountState {
         matches!(mount_on(point), Ok(Some(m)) if &m.device == device)
     }
 
-    /// Unmounts at the end of serving, unless it was unmounted already: an
-    /// external `umount` is a normal way to stop. (fuser 0.18 would try to
-    /// unmount again and warn of the `EINVAL`.)
+    /// Unmounts at the end of serving. After an external `umount`, a
+    /// normal way to stop, fuser 0.18 takes the gone mount for a live one
+    /// (its `is_mounted` reads the device's `POLLERR` backwards) and calls
+    /// umount(2) again, which fails with `EINVAL`: taking the mount here
+    /// first, that error is expected and not worth a warning.
     pub(crate) fn release(&self) {
         let unmounter = self
             .unmounter
