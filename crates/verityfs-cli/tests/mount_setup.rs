@@ -100,7 +100,11 @@ impl Bind {
 
 impl Drop for Bind {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        // -c: no stat of the path, which could hang on a hung mount.
+        let _ = Command::new("umount")
+            .args(["-l", "-c"])
+            .arg(&self.0)
+            .status();
     }
 }
 
@@ -157,6 +161,46 @@ fn mount_point_reached_through_bind_mounts_is_refused() {
     let mnt = elsewhere.join("mnt");
     let err = assert_mount_refused(&base, &[&backing, &mnt], &[], &mnt);
     assert!(err.contains("inside the backing directory"), "{err}");
+}
+
+/// Resumes a stopped process when dropped.
+struct Resume(rustix::process::Pid);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        let _ = rustix::process::kill_process(self.0, rustix::process::Signal::CONT);
+    }
+}
+
+#[test]
+fn a_hung_mount_under_backing_does_not_hang_the_check() {
+    let hung = Mount::new();
+    let (_dir, base) = temp_dir();
+    let (backing, mnt) = (base.join("b"), base.join("m"));
+    fs::create_dir(&backing).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let _inner = Bind::new(&hung.mnt, &backing.join("inner"));
+    // A daemon that answers nothing, once the kernel's cached attributes
+    // of its root (one second) have expired.
+    rustix::process::kill_process(hung.daemon_pid(), rustix::process::Signal::STOP).unwrap();
+    let _resume = Resume(hung.daemon_pid());
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut daemon = Spawned::new(
+        Command::new(VERITYFS)
+            .arg("mount")
+            .arg(&backing)
+            .arg(&mnt)
+            .stdin(Stdio::null()),
+    );
+    let deadline = std::time::Instant::now() + MOUNT_TIMEOUT;
+    while !is_mounted(&mnt) {
+        let exited = daemon.0.try_wait().unwrap();
+        assert!(exited.is_none(), "verityfs mount exited: {exited:?}");
+        assert!(std::time::Instant::now() < deadline, "hung before mounting");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    run_ok(Command::new("umount").arg(&mnt));
+    assert!(wait_for(&mut daemon.0, EXIT_TIMEOUT).is_some_and(|s| s.success()));
 }
 
 // ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{Mode, OFlags, CWD};
+use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags, CWD};
 
 use crate::mountinfo::{mount_on, mounts};
 
@@ -51,12 +51,15 @@ pub fn check(backing: &Path, mountpoint: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Device and inode of a directory.
-type Key = (u64, u64);
+/// Device (major, minor) and inode of a directory.
+type Key = (u32, u32, u64);
 
+/// The key of `fd`, from the attributes the kernel has cached: a hung FUSE
+/// or network filesystem on the way must not hang the check.
 fn key(fd: &OwnedFd) -> io::Result<Key> {
-    let st = rustix::fs::fstat(fd)?;
-    Ok((st.st_dev, st.st_ino))
+    let flags = AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC;
+    let st = rustix::fs::statx(fd, "", flags, StatxFlags::INO)?;
+    Ok((st.stx_dev_major, st.stx_dev_minor, st.stx_ino))
 }
 
 fn open_dir(at: Option<&OwnedFd>, path: &Path) -> io::Result<OwnedFd> {
