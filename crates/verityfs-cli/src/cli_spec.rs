@@ -85,7 +85,11 @@ mount \-t fuse.verityfs /srv/backing /srv/verity \-o allow_other,ro
 const MOUNT_EXTRA: &str = r#".SH NOTES
 The daemon runs in the foreground and unmounts cleanly on SIGINT or SIGTERM,
 or when the mount point is unmounted with \fBumount\fR or \fBfusermount3 \-u\fR.
-Missing directories are created.
+BACKING must exist unless \fB\-\-create\fR is given; a missing mount point is created.
+The mount point may be neither BACKING nor inside it (by device and inode, through
+symbolic links and bind mounts): the daemon's lookups would wait for its own mount.
+A mount point that already is a verityfs mount is refused.
+\fBmount \-o remount,ro\fR makes the running mount read-only.
 It logs to standard error; a corrupted block is logged at warning level.
 .PP
 With \fI/sbin/mount.fuse.verityfs\fR installed, mount(8) and \fI/etc/fstab\fR work:
@@ -93,6 +97,7 @@ With \fI/sbin/mount.fuse.verityfs\fR installed, mount(8) and \fI/etc/fstab\fR wo
 .nf
 mount \-t fuse.verityfs /srv/backing /srv/verity \-o allow_other
 /srv/backing  /srv/verity  fuse.verityfs  allow_other,nofail  0  0
+mount \-o remount,ro /srv/verity
 .fi
 .PP
 As a systemd service, with the messages in the journal:

@@ -3,7 +3,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use verityfs::signature::Certificate;
 use verityfs_fuse::MountOptions;
@@ -19,15 +19,23 @@ const OPT_CACHE_SIZE: u32 = 4;
 const OPT_THREADS: u32 = 5;
 const OPT_TRUSTED_CERT: u32 = 6;
 const OPT_REQUIRE_SIGNATURES: u32 = 7;
+const OPT_CREATE: u32 = 8;
 
 /// The options of `mount`.
 pub const LONGOPTS: &[LongOpt] = &[
     LongOpt::required("options", OPT_OPTIONS)
         .with_short(b'o')
         .with_help(
-            "Comma-separated mount options: ro, allow_other, noreadahead, cache_size=BYTES; \
-             rw, nodev, nosuid, noatime, nofail... are accepted and ignored",
+            "Comma-separated mount options: ro, allow_other, allow_root, noreadahead, \
+             cache_size=BYTES, fsname=NAME, subtype=TYPE, auto_unmount, and the kernel's \
+             nodev/dev, nosuid/suid, noexec/exec, noatime, sync, dirsync (nodev and nosuid \
+             by default); relatime, nodiratime, strictatime, lazytime, rw, nofail, \
+             default_permissions... are accepted and ignored",
         ),
+    LongOpt::flag("create", OPT_CREATE).with_help(
+        "Create BACKING if it does not exist (otherwise that is an error; a missing MOUNTPOINT \
+         is always created)",
+    ),
     LongOpt::flag("read-only", OPT_READ_ONLY)
         .with_help("Refuse every change to the backing directory (same as -o ro)"),
     LongOpt::flag("no-merkle-readahead", OPT_NO_READAHEAD)
@@ -45,35 +53,24 @@ pub const LONGOPTS: &[LongOpt] = &[
 ];
 
 /// Mount options (`-o`) accepted and ignored because they are the default
-/// or meaningless here, so that `/etc/fstab` lines written for other FUSE
-/// filesystems work.
+/// or are for mount(8) and /etc/fstab, so that fstab lines written for
+/// other FUSE filesystems work (`x-*` and `comment=` too).
 const IGNORED: &[&str] = &[
-    "rw",
-    "dev",
-    "nodev",
-    "suid",
-    "nosuid",
-    "exec",
-    "noexec",
-    "atime",
-    "noatime",
-    "relatime",
-    "auto",
-    "noauto",
-    "user",
-    "users",
-    "nofail",
+    "rw", "defaults", "auto", "noauto", "user", "nouser", "users", "owner", "group", "nofail",
     "_netdev",
-    "default_permissions",
-    "async",
 ];
 
 /// Runs `verityfs mount`.
 pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
     let mut options = MountOptions::default();
+    let mut create = false;
     let mut getopt = Getopt::new(cmd.name, args, LONGOPTS);
     for opt in getopt.by_ref() {
         let ok = match opt {
+            Ok((OPT_CREATE, _)) => {
+                create = true;
+                true
+            }
             Ok((id, value)) => take(&mut options, id, &value.unwrap_or_default()),
             Err(e) => {
                 let _ = io::stderr().write_all(&[e.message(), b"\n"].concat());
@@ -88,26 +85,52 @@ pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
         return cmd.usage_error();
     };
     let (backing, mountpoint) = (PathBuf::from(backing), PathBuf::from(mountpoint));
-    for dir in [&backing, &mountpoint] {
+    let Some(made_mountpoint) = prepare_directories(&backing, &mountpoint, create) else {
+        return EXIT_FAILURE;
+    };
+    match verityfs_fuse::run(&backing, &mountpoint, options) {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            error_msg(e.to_string());
+            // A refused mount leaves no trace (it may be inside BACKING).
+            if made_mountpoint {
+                let _ = std::fs::remove_dir(&mountpoint);
+            }
+            EXIT_FAILURE
+        }
+    }
+}
+
+/// BACKING must be a directory (created with `--create`: a typo must not
+/// serve a new empty directory). A missing MOUNTPOINT is created, as
+/// systemd does for its mounts. Returns whether it was, or `None` after
+/// saying why it cannot go on.
+fn prepare_directories(backing: &Path, mountpoint: &Path, create: bool) -> Option<bool> {
+    let what = quote("backing directory '", backing.as_os_str(), "'");
+    match std::fs::metadata(backing) {
+        Ok(m) if !m.is_dir() => {
+            let e = io::Error::from_raw_os_error(libc::ENOTDIR);
+            crate::output::error_msg_errno(what, &e);
+            return None;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !create => {
+            crate::output::error_msg_errno(what, &e);
+            error_msg("use --create to create it");
+            return None;
+        }
+        _ => {}
+    }
+    let made_mountpoint = matches!(mountpoint.try_exists(), Ok(false));
+    for dir in [backing, mountpoint] {
         if let Err(e) = std::fs::create_dir_all(dir) {
             crate::output::error_msg_errno(
                 quote("can't create directory '", dir.as_os_str(), "'"),
                 &e,
             );
-            return EXIT_FAILURE;
+            return None;
         }
     }
-    match verityfs_fuse::run(&backing, &mountpoint, options) {
-        Ok(()) => EXIT_OK,
-        Err(e) => {
-            error_msg(quote(
-                "mounting '",
-                mountpoint.as_os_str(),
-                &format!("': {e}"),
-            ));
-            EXIT_FAILURE
-        }
-    }
+    Some(made_mountpoint)
 }
 
 fn take(options: &mut MountOptions, id: u32, value: &OsStr) -> bool {
@@ -198,7 +221,8 @@ fn mount_option(options: &mut MountOptions, option: &str) -> bool {
             Some(n) => options.read.cache_bytes = n,
             None => return false,
         },
-        o if IGNORED.contains(&o) => {}
+        o if verityfs_fuse::accepts_mount_option(o) => options.mount_options.push(o.to_owned()),
+        o if IGNORED.contains(&o) || o.starts_with("x-") || o.starts_with("comment=") => {}
         o => {
             error_msg(format!("unknown mount option: {o}"));
             return false;

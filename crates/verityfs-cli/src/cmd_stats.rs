@@ -8,7 +8,7 @@
 use std::ffi::OsString;
 
 use crate::commands::{Command, EXIT_FAILURE, EXIT_OK};
-use crate::output::{error_msg_errno, print_stdout, quote};
+use crate::output::{error_msg, error_msg_errno, print_stdout, quote};
 
 /// Runs `verityfs stats`.
 pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
@@ -29,12 +29,14 @@ pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
             print_stdout(&buf[..n]);
             EXIT_OK
         }
+        // Only the root of a verityfs mount has the attribute.
+        Err(rustix::io::Errno::NODATA | rustix::io::Errno::NOTSUP) => {
+            let what = "' is not a verityfs mount (or not its root directory)";
+            error_msg(quote("'", mountpoint, what));
+            EXIT_FAILURE
+        }
         Err(e) => {
-            let what = quote(
-                "can't read the counters of '",
-                mountpoint,
-                "' (not a verityfs mount?)",
-            );
+            let what = quote("can't read the counters of '", mountpoint, "'");
             error_msg_errno(what, &e.into());
             EXIT_FAILURE
         }

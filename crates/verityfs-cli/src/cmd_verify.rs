@@ -9,8 +9,10 @@
 //! carries a location record but cannot be opened as a verity file (bad
 //! record or descriptor, metadata cut off) is an `ERROR:` naming the
 //! reason, and counts as verified and corrupted. Files that are not verity
-//! files are skipped silently. Symbolic links named on the command line are
-//! followed, those found in directories are not (as `find -H`).
+//! files are skipped silently, and so are other kinds of files found in
+//! directories; named on the command line, they are an error. Symbolic
+//! links named on the command line are followed, those found in directories
+//! are not (as `find -H`).
 //! Exit status 1 if anything was corrupted or failed.
 
 use std::ffi::OsString;
@@ -90,6 +92,12 @@ impl Scrub {
         match metadata {
             Ok(m) if m.is_dir() => self.visit_dir(path),
             Ok(m) if m.is_file() => self.check(path),
+            // Named on the command line: checking nothing is no success.
+            Ok(_) if follow_symlink => {
+                self.failed = true;
+                let what = "' is not a regular file or directory";
+                error_msg(quote("'", path.as_os_str(), what));
+            }
             Ok(_) => {}
             Err(e) => self.fail(quote("can't stat '", path.as_os_str(), "'"), &e),
         }

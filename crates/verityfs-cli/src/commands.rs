@@ -106,7 +106,7 @@ const COMMANDS: &[Command] = &[
         hidden: false,
         short_desc: "Serve a directory with fs-verity semantics through FUSE (foreground)",
         usage: "    verityfs mount BACKING MOUNTPOINT
-               [-o allow_other,ro,...] [--read-only] [--no-merkle-readahead]
+               [-o allow_other,ro,...] [--read-only] [--create] [--no-merkle-readahead]
                [--cache-size=BYTES] [--threads=N]
                [--trusted-cert=PEM] [--require-signatures]
 ",

@@ -14,13 +14,15 @@ pub const TTL: Duration = Duration::from_secs(1);
 /// The FUSE attributes of inode `ino` whose backing object has `st`, with
 /// `size` as the size readers see (a verity file's data size).
 pub fn to_file_attr(ino: INodeNo, st: &Stat, size: u64) -> FileAttr {
+    // (sec, nsec) is nsec nanoseconds after sec seconds, also before 1970.
     let time = |sec: i64, nsec: i64| {
-        let since_epoch = Duration::new(sec.unsigned_abs(), nsec as u32);
-        if sec >= 0 {
-            UNIX_EPOCH + since_epoch
+        let whole = Duration::from_secs(sec.unsigned_abs());
+        let seconds = if sec >= 0 {
+            UNIX_EPOCH + whole
         } else {
-            UNIX_EPOCH - since_epoch
-        }
+            UNIX_EPOCH - whole
+        };
+        seconds + Duration::from_nanos(nsec as u64)
     };
     FileAttr {
         ino,

@@ -1,11 +1,10 @@
 //! Directory and name operations, passed through to the backing directory
 //! with `*at()` calls relative to the parent's `O_PATH` descriptor.
 
-use std::ffi::{OsStr, OsString};
-use std::os::fd::AsFd;
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use fuser::{Errno, FileAttr, FileHandle, FileType, RenameFlags};
 use rustix::fs::{AtFlags, Dir, Mode, OFlags, CWD};
@@ -126,7 +125,8 @@ impl VerityFs {
         Ok(target.into_bytes())
     }
 
-    /// `opendir`: reads the entries once; `readdir` serves them by index.
+    /// `opendir`: a directory stream on the backing directory, which
+    /// `readdir` reads on demand.
     pub(crate) fn open_dir(&self, inode: &Arc<Inode>) -> Result<FileHandle, Errno> {
         let fd = rustix::fs::openat(
             &inode.fd,
@@ -135,20 +135,54 @@ impl VerityFs {
             Mode::empty(),
         )
         .map_err(errno)?;
-        let mut entries = Vec::new();
-        for entry in Dir::read_from(fd.as_fd()).map_err(errno)? {
-            let entry = entry.map_err(errno)?;
-            let kind = dirent_kind(entry.file_type());
-            entries.push((
-                OsString::from(OsStr::from_bytes(entry.file_name().to_bytes())),
-                entry.ino(),
-                kind,
-            ));
-        }
+        let dev = rustix::fs::fstat(&fd).map_err(errno)?.st_dev;
+        let stream = DirStream {
+            dir: Dir::new(fd).map_err(errno)?,
+            position: Some(0),
+            dev,
+        };
         Ok(self.handles.insert(Handle::Dir {
-            entries,
+            stream: Mutex::new(stream),
             inode: inode.clone(),
         }))
+    }
+
+    /// `readdir` from `offset` (0, or an offset this handle gave): passes
+    /// each entry to `add` (inode number, offset of the next entry, type,
+    /// name) until it says its buffer is full. As in libfuse's
+    /// `passthrough_ll`, offsets are the backing filesystem's own directory
+    /// offsets, so they stay valid while entries come and go, and offset 0
+    /// (`rewinddir`) lists the directory as it is now.
+    pub(crate) fn read_dir(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        mut add: impl FnMut(u64, u64, FileType, &OsStr) -> bool,
+    ) -> Result<(), Errno> {
+        let handle = self.handles.get(fh)?;
+        let Handle::Dir { stream, .. } = &*handle else {
+            return Err(Errno::ENOTDIR);
+        };
+        let mut stream = stream.lock().unwrap_or_else(|p| p.into_inner());
+        if stream.position != Some(offset) {
+            stream.dir.seek(offset as i64).map_err(errno)?;
+        }
+        // Unknown until the loop ends at an entry boundary.
+        stream.position = None;
+        let mut at = offset;
+        while let Some(entry) = stream.dir.read() {
+            let entry = entry.map_err(errno)?;
+            let ino = self.inodes.number(stream.dev, entry.ino());
+            let next = entry.offset() as u64;
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            if add(ino, next, dirent_kind(entry.file_type()), name) {
+                // Not sent: the next request starts at it again.
+                return Ok(());
+            }
+            at = next;
+        }
+        stream.position = Some(at);
+        Ok(())
     }
 
     /// `statfs` of the backing filesystem.
@@ -156,6 +190,16 @@ impl VerityFs {
         let root = self.inode(fuser::INodeNo::ROOT)?;
         rustix::fs::fstatvfs(&root.fd).map_err(errno)
     }
+}
+
+/// An open backing directory being listed.
+pub struct DirStream {
+    dir: Dir,
+    /// The offset the stream is at, if it is at the end of an entry given
+    /// out (a request for another offset seeks).
+    position: Option<u64>,
+    /// The directory's device, to number its entries.
+    dev: u64,
 }
 
 fn dirent_kind(kind: rustix::fs::FileType) -> FileType {

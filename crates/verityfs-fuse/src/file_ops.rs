@@ -19,6 +19,12 @@ use crate::inodes::{errno, Inode, VerityState};
 /// reopening cannot honour.
 const CREATE_ONLY: i32 = libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW;
 
+/// Flags of the caller's open that the daemon's backing file must not have:
+/// `O_DIRECT`, because the kernel hands us the caller's data in its own
+/// buffers, unaligned, which the backing file would refuse (`EINVAL`); the
+/// kernel already bypasses its page cache of the FUSE file for such opens.
+const NOT_FOR_BACKING: i32 = libc::O_DIRECT;
+
 /// Whether an open with `flags` reads: `O_RDONLY` or `O_RDWR`, not the
 /// nonstandard access mode 3 ("ioctls only", which fuser's `acc_mode()`
 /// reports as `O_RDONLY`): `FS_IOC_ENABLE_VERITY` gives `EBADF` for it.
@@ -65,7 +71,7 @@ impl VerityFs {
         if write && verity.enabling {
             return Err(Errno::ETXTBSY);
         }
-        let oflags = OFlags::from_bits_retain((flags.0 & !CREATE_ONLY) as u32);
+        let oflags = OFlags::from_bits_retain((flags.0 & !CREATE_ONLY & !NOT_FOR_BACKING) as u32);
         let file = self.with_creds(&creds, || self.open_backing(inode, oflags))?;
         let fh = self.plain_handle(inode, &mut verity, file, flags, creds);
         Ok((fh, FopenFlags::empty()))
@@ -129,7 +135,7 @@ impl VerityFs {
         flags: i32,
     ) -> Result<(FileAttr, FileHandle), Errno> {
         let creds = Creds::of(&caller);
-        let oflags = (flags | libc::O_CREAT) & !(libc::O_NOCTTY | libc::O_TRUNC);
+        let oflags = (flags | libc::O_CREAT) & !(libc::O_NOCTTY | libc::O_TRUNC | NOT_FOR_BACKING);
         let oflags = OFlags::from_bits_retain(oflags as u32) | OFlags::CLOEXEC | OFlags::NOFOLLOW;
         let mode = Mode::from_raw_mode(mode & !umask);
         let fd = self.with_creds(&creds, || {

@@ -11,14 +11,13 @@ use std::time::SystemTime;
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::attr::TTL;
 use crate::caller::Caller;
 use crate::fs::VerityFs;
-use crate::handles::Handle;
 use crate::ioctl::{
     FS_IOC32_GETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_ENABLE_VERITY, FS_IOC_FSGETXATTR,
     FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS, FS_IOC_MEASURE_VERITY, FS_IOC_SETFLAGS,
@@ -50,13 +49,18 @@ fn to_timespec(t: Option<TimeOrNow>) -> rustix::fs::Timespec {
             tv_sec: 0,
             tv_nsec: rustix::fs::UTIME_NOW,
         },
-        Some(TimeOrNow::SpecificTime(t)) => {
-            let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-            rustix::fs::Timespec {
+        Some(TimeOrNow::SpecificTime(t)) => match t.duration_since(SystemTime::UNIX_EPOCH) {
+            Ok(d) => rustix::fs::Timespec {
                 tv_sec: d.as_secs() as i64,
                 tv_nsec: d.subsec_nanos().into(),
-            }
-        }
+            },
+            // fuser 0.18 makes the kernel's (-S, N) (N ns after -S s) the
+            // time S s + N ns before the epoch: undo exactly that.
+            Err(before) => rustix::fs::Timespec {
+                tv_sec: -(before.duration().as_secs() as i64),
+                tv_nsec: before.duration().subsec_nanos().into(),
+            },
+        },
     }
 }
 
@@ -164,6 +168,10 @@ impl Filesystem for VerityFs {
         // it still get the explicit invalidation at the next request.
         let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
         Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.mount.release();
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -413,19 +421,10 @@ impl Filesystem for VerityFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let handle = match self.handles.get(fh) {
-            Ok(handle) => handle,
-            Err(e) => return reply.error(e),
-        };
-        let Handle::Dir { entries, .. } = &*handle else {
-            return reply.error(Errno::ENOTDIR);
-        };
-        for (i, (name, ino, kind)) in entries.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, name) {
-                break;
-            }
-        }
-        reply.ok();
+        let result = self.read_dir(fh, offset, |ino, next, kind, name| {
+            reply.add(INodeNo(ino), next, kind, name)
+        });
+        reply_with!(reply, result, |()| reply.ok());
     }
 
     fn releasedir(
@@ -526,6 +525,33 @@ impl Filesystem for VerityFs {
             fh,
             FopenFlags::empty()
         ));
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        reply_with!(reply, self.allocate(fh, offset, length, mode), |()| reply
+            .ok());
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        reply_with!(reply, self.seek_data(fh, offset, whence), |at| reply
+            .offset(at));
     }
 
     fn ioctl(

@@ -33,6 +33,10 @@ pub struct MountOptions {
     pub threads: usize,
     /// Built-in signature policy.
     pub signatures: SignaturePolicy,
+    /// Further options for the kernel and fusermount3, as mount(8) takes
+    /// them (`noexec`, `fsname=NAME`, `auto_unmount`...; see
+    /// [`crate::accepts_mount_option`]).
+    pub mount_options: Vec<String>,
 }
 
 impl Default for MountOptions {
@@ -43,6 +47,7 @@ impl Default for MountOptions {
             read: ReadOptions::default(),
             threads: 4,
             signatures: SignaturePolicy::default(),
+            mount_options: Vec::new(),
         }
     }
 }
@@ -57,6 +62,8 @@ pub struct VerityFs {
     /// The daemon runs as root: requests run with their callers'
     /// credentials.
     pub(crate) switch_creds: bool,
+    /// The mount, once mounted.
+    pub(crate) mount: Arc<crate::mount::MountState>,
 }
 
 impl VerityFs {
@@ -80,6 +87,7 @@ impl VerityFs {
             options,
             invalidator: Arc::new(Invalidator::new()),
             switch_creds: crate::creds::can_switch(),
+            mount: Arc::default(),
         })
     }
 
@@ -252,7 +260,10 @@ pub(crate) fn lib_errno(e: verityfs::Error) -> Errno {
 /// the layout needs, by setting one on a scratch file.
 fn probe_xattrs(backing: &Path) -> io::Result<()> {
     let probe = backing.join(format!(".verityfs-probe-{}", std::process::id()));
-    let file = File::create(&probe)?;
+    let file = File::create(&probe).map_err(|e| {
+        let why = format!("'{}': can't create a file in it: {e}", backing.display());
+        io::Error::new(e.kind(), why)
+    })?;
     let result = rustix::fs::fsetxattr(
         &file,
         "user.verityfs.probe",

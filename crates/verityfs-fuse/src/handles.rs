@@ -1,12 +1,11 @@
 //! Open file and directory handles.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use fuser::{Errno, FileHandle, FileType};
+use fuser::{Errno, FileHandle};
 use verityfs::VerityFile;
 
 use crate::creds::Creds;
@@ -34,10 +33,10 @@ pub enum Handle {
         /// The inode.
         inode: Arc<Inode>,
     },
-    /// A directory, with its entries read at `opendir`.
+    /// A directory being listed.
     Dir {
-        /// Name, inode number (as in the backing directory) and type.
-        entries: Vec<(OsString, u64, FileType)>,
+        /// The backing directory's stream.
+        stream: std::sync::Mutex<crate::dir_ops::DirStream>,
         /// The directory inode.
         inode: Arc<Inode>,
     },

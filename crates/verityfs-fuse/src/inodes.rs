@@ -76,12 +76,25 @@ struct Entry {
 struct Tables {
     by_ino: HashMap<u64, Entry>,
     by_key: HashMap<(u64, u64), u64>,
-    next_ino: u64,
 }
 
-/// All inodes the kernel holds references to.
+/// Where the numbers of objects outside the backing directory's filesystem
+/// start (above any inode number filesystems give out in practice).
+const FOREIGN_BASE: u64 = 1 << 63;
+
+/// All inodes the kernel holds references to, and their numbers.
+///
+/// Numbers are the backing objects' own inode numbers (libfuse's
+/// `use_ino`), so that `readdir`'s `d_ino` and `stat`'s `st_ino` agree
+/// without a lookup per entry and hard links share one. The exceptions:
+/// the root is 1 (FUSE's root), and objects of other filesystems mounted
+/// under the backing directory (whose numbers could collide) get numbers
+/// from [`FOREIGN_BASE`] up, remembered for the daemon's life so that
+/// they never change.
 pub struct InodeTable {
     tables: RwLock<Tables>,
+    root_key: (u64, u64),
+    foreign: Mutex<HashMap<(u64, u64), u64>>,
 }
 
 impl InodeTable {
@@ -89,13 +102,27 @@ impl InodeTable {
     pub fn new(root: OwnedFd) -> Result<Self, Errno> {
         let st = rustix::fs::fstat(&root).map_err(errno)?;
         let table = InodeTable {
-            tables: RwLock::new(Tables {
-                next_ino: 1,
-                ..Default::default()
-            }),
+            tables: RwLock::default(),
+            root_key: (st.st_dev, st.st_ino),
+            foreign: Mutex::default(),
         };
         table.insert(root, &st);
         Ok(table)
+    }
+
+    /// The number of the backing object with device `dev` and inode number
+    /// `ino`.
+    pub fn number(&self, dev: u64, ino: u64) -> u64 {
+        let key = (dev, ino);
+        if key == self.root_key {
+            return INodeNo::ROOT.0;
+        }
+        if dev == self.root_key.0 && ino > INodeNo::ROOT.0 && ino < FOREIGN_BASE {
+            return ino;
+        }
+        let mut foreign = self.foreign.lock().unwrap_or_else(|p| p.into_inner());
+        let next = FOREIGN_BASE + foreign.len() as u64;
+        *foreign.entry(key).or_insert(next)
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Tables> {
@@ -128,8 +155,7 @@ impl InodeTable {
             entry.lookups += 1;
             return entry.inode.clone();
         }
-        let ino = tables.next_ino;
-        tables.next_ino += 1;
+        let ino = self.number(key.0, key.1);
         let inode = Arc::new(Inode {
             ino: INodeNo(ino),
             fd,

@@ -23,11 +23,14 @@ mod invalidate;
 /// decoders; not a stable API.
 pub mod ioctl;
 mod mount;
+mod mountinfo;
+mod placement;
 mod policy;
+mod space_ops;
 mod verity_ops;
 mod xattr_ops;
 
 pub use fs::{MountOptions, VerityFs};
-pub use mount::{run, BackgroundMount};
+pub use mount::{accepts_mount_option, run, BackgroundMount};
 pub use policy::SignaturePolicy;
 pub use xattr_ops::STATS_XATTR;

@@ -43,7 +43,9 @@ impl VerityFs {
             inode.kind,
             FileType::RegularFile | FileType::Directory | FileType::Symlink
         );
-        if self.options.read_only && writable_kind {
+        // A `mount -o remount,ro` is not told to FUSE daemons: the
+        // mount's flags say it.
+        if writable_kind && (self.options.read_only || self.mount.read_only()) {
             return Err(Errno::from_i32(libc::EROFS));
         }
         let flags = self.backing_flags(&inode)?;
@@ -214,7 +216,9 @@ impl VerityFs {
         self.as_caller(&caller, || {
             let file = self.open_backing(inode, OFlags::RDONLY | OFlags::NONBLOCK)?;
             rustix::fs::ioctl_setflags(&file, flags).map_err(errno)
-        })
+        })?;
+        self.mount.attributes_changed(inode.ino);
+        Ok(())
     }
 
     fn backing_flags(&self, inode: &Inode) -> Result<IFlags, Errno> {

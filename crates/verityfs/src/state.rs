@@ -67,11 +67,13 @@ impl FileState {
 }
 
 /// The length of an extended attribute read, or `None` if it does not
-/// exist. A value longer than the buffer is reported as `ERANGE`.
+/// exist. The buffers are one byte longer than any valid record, so a value
+/// that does not fit (`ERANGE`) is a malformed record (`EINVAL`).
 fn absent_is_none(read: rustix::io::Result<usize>) -> Result<Option<usize>> {
     match read {
         Ok(n) => Ok(Some(n)),
         Err(rustix::io::Errno::NODATA) => Ok(None),
+        Err(rustix::io::Errno::RANGE) => Err(Error::InvalidLocation("record too long")),
         Err(e) => Err(Error::Io(e.into())),
     }
 }

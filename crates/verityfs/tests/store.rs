@@ -146,3 +146,23 @@ fn read_metadata_far_past_the_end_reads_nothing() {
         }
     }
 }
+
+/// Records longer than any valid one are malformed (`EINVAL`, as
+/// docs/FORMAT.md says), not a buffer problem (`ERANGE`).
+#[test]
+fn oversized_records_are_invalid() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["user.verityfs", "user.verityfs.enabling"] {
+        for len in [17, 49, 200, 4000] {
+            let path = write_file(dir.path(), "f", b"data");
+            let value = vec![0u8; len];
+            rustix::fs::setxattr(&path, name, &value, rustix::fs::XattrFlags::empty()).unwrap();
+            let file = File::open(&path).unwrap();
+            let err = FileState::read(&file).unwrap_err();
+            assert_eq!(err.errno(), libc::EINVAL, "{name} of {len} bytes: {err}");
+            let err = FileState::read_path(&path).unwrap_err();
+            assert_eq!(err.errno(), libc::EINVAL, "{name} of {len} bytes: {err}");
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+}

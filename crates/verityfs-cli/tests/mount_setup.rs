@@ -1,0 +1,429 @@
+//! How `verityfs mount` treats its operands, its mount options and how it
+//! stops: layouts that would deadlock the daemon (a mount point its own
+//! lookups reach), a BACKING that does not exist, a mount point that
+//! already is a verityfs mount, messages of failures that are not the
+//! user's fault, the mount's type and source, the usual mount options, and
+//! `mount -o remount,ro`.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// How long a `verityfs mount` that should refuse may take to do so.
+const REFUSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A fresh temporary directory (canonical path), readable by everyone.
+fn temp_dir() -> (tempfile::TempDir, PathBuf) {
+    prerequisites();
+    let dir = tempfile::Builder::new()
+        .prefix("verityfs-setup-test")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().canonicalize().unwrap();
+    (dir, path)
+}
+
+/// Runs `verityfs mount ARGS` in `base`, which must exit with status 1 without
+/// mounting `mnt`; returns its stderr. A daemon that mounts anyway is killed
+/// and its mount removed before the test fails.
+#[track_caller]
+fn assert_mount_refused(base: &Path, args: &[&Path], extra: &[&str], mnt: &Path) -> String {
+    let mnt = &mnt.canonicalize().unwrap_or(mnt.to_owned());
+    let before = mounts_on(mnt);
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut child = Spawned::new(
+        Command::new(VERITYFS)
+            .arg("mount")
+            .args(args)
+            .args(extra)
+            .current_dir(base)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap()),
+    );
+    let status = wait_for(&mut child.0, REFUSE_TIMEOUT);
+    let stderr = fs::read_to_string(log.path()).unwrap();
+    if status.is_none() || mounts_on(mnt) != before {
+        let _ = child.0.kill();
+        let _ = child.0.wait();
+        let _ = Command::new("umount").args(["-l", "-c"]).arg(mnt).status();
+        panic!("verityfs mount {args:?} {extra:?} mounted instead of refusing:\n{stderr}");
+    }
+    assert_eq!(status.unwrap().code(), Some(1), "{stderr}");
+    stderr
+}
+
+/// How many mounts there are on `mnt`.
+fn mounts_on(mnt: &Path) -> usize {
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == mnt.to_str())
+        .count()
+}
+
+/// The `/proc/self/mountinfo` line of the mount on `mnt`.
+fn mountinfo_line(mnt: &Path) -> String {
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .find(|l| l.split(' ').nth(4) == mnt.to_str())
+        .unwrap_or_else(|| panic!("{} is not mounted", mnt.display()))
+        .to_owned()
+}
+
+/// The filesystem type and source of the mount on `mnt`.
+fn type_and_source(mnt: &Path) -> (String, String) {
+    let line = mountinfo_line(mnt);
+    let after = line.split(" - ").nth(1).unwrap().to_owned();
+    let mut fields = after.split(' ');
+    let fstype = fields.next().unwrap().to_owned();
+    (fstype, fields.next().unwrap().to_owned())
+}
+
+/// A bind mount, removed when dropped.
+struct Bind(PathBuf);
+
+impl Bind {
+    fn new(from: &Path, to: &Path) -> Bind {
+        fs::create_dir_all(to).unwrap();
+        run_ok(Command::new("mount").arg("--bind").arg(from).arg(to));
+        Bind(to.to_owned())
+    }
+}
+
+impl Drop for Bind {
+    fn drop(&mut self) {
+        // -c: no stat of the path, which could hang on a hung mount.
+        let _ = Command::new("umount")
+            .args(["-l", "-c"])
+            .arg(&self.0)
+            .status();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Layouts the daemon would deadlock on
+// ---------------------------------------------------------------------------
+
+#[test]
+fn mount_point_inside_backing_is_refused() {
+    let (_dir, base) = temp_dir();
+    let backing = base.join("b");
+    fs::create_dir_all(backing.join("sub/deeper")).unwrap();
+    // The backing directory itself too: a stale mount there after a crash
+    // would hide the backing directory from the next start.
+    for mnt in [
+        backing.clone(),
+        backing.join("mnt"),
+        backing.join("sub/deeper/mnt"),
+    ] {
+        fs::create_dir_all(&mnt).unwrap();
+        let err = assert_mount_refused(&base, &[&backing, &mnt], &[], &mnt);
+        assert!(err.contains("inside the backing directory"), "{err}");
+    }
+    // A mount point to be made there is not left behind.
+    let mnt = backing.join("sub/new-mnt");
+    let err = assert_mount_refused(&base, &[&backing, &mnt], &[], &mnt);
+    assert!(err.contains("inside the backing directory"), "{err}");
+    assert!(!mnt.exists(), "{} was left behind", mnt.display());
+    // The same, named through a symbolic link and a relative path.
+    symlink(&backing, base.join("link")).unwrap();
+    let mnt = base.join("link/mnt");
+    let err = assert_mount_refused(&base, &[&base.join("link/sub/.."), &mnt], &[], &mnt);
+    assert!(err.contains("inside the backing directory"), "{err}");
+    let err = assert_mount_refused(&base, &[Path::new("b"), Path::new("link/mnt")], &[], &mnt);
+    assert!(err.contains("inside the backing directory"), "{err}");
+}
+
+#[test]
+fn mount_point_reached_through_bind_mounts_is_refused() {
+    let (_dir, base) = temp_dir();
+    let (backing, elsewhere) = (base.join("b"), base.join("elsewhere"));
+    fs::create_dir_all(&backing).unwrap();
+    fs::create_dir_all(elsewhere.join("mnt")).unwrap();
+    // The backing directory bind-mounted elsewhere: the mount point is in
+    // it under another name.
+    let alias = Bind::new(&backing, &base.join("alias"));
+    fs::create_dir_all(backing.join("mnt")).unwrap();
+    let mnt = alias.0.join("mnt");
+    let err = assert_mount_refused(&base, &[&backing, &mnt], &[], &mnt);
+    assert!(err.contains("inside the backing directory"), "{err}");
+    // A directory holding the mount point bind-mounted inside the backing
+    // directory: the daemon's lookups would reach the mount through it.
+    let _inner = Bind::new(&elsewhere, &backing.join("inner"));
+    let mnt = elsewhere.join("mnt");
+    let err = assert_mount_refused(&base, &[&backing, &mnt], &[], &mnt);
+    assert!(err.contains("inside the backing directory"), "{err}");
+}
+
+/// Resumes a stopped process when dropped.
+struct Resume(rustix::process::Pid);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        let _ = rustix::process::kill_process(self.0, rustix::process::Signal::CONT);
+    }
+}
+
+#[test]
+fn a_hung_mount_under_backing_does_not_hang_the_check() {
+    let hung = Mount::new();
+    let (_dir, base) = temp_dir();
+    let (backing, mnt) = (base.join("b"), base.join("m"));
+    fs::create_dir(&backing).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let _inner = Bind::new(&hung.mnt, &backing.join("inner"));
+    // A daemon that answers nothing, once the kernel's cached attributes
+    // of its root (one second) have expired.
+    rustix::process::kill_process(hung.daemon_pid(), rustix::process::Signal::STOP).unwrap();
+    let _resume = Resume(hung.daemon_pid());
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut daemon = Spawned::new(
+        Command::new(VERITYFS)
+            .arg("mount")
+            .arg(&backing)
+            .arg(&mnt)
+            .stdin(Stdio::null()),
+    );
+    let deadline = std::time::Instant::now() + MOUNT_TIMEOUT;
+    while !is_mounted(&mnt) {
+        let exited = daemon.0.try_wait().unwrap();
+        assert!(exited.is_none(), "verityfs mount exited: {exited:?}");
+        assert!(std::time::Instant::now() < deadline, "hung before mounting");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    run_ok(Command::new("umount").arg(&mnt));
+    assert!(wait_for(&mut daemon.0, EXIT_TIMEOUT).is_some_and(|s| s.success()));
+}
+
+// ---------------------------------------------------------------------------
+// Operands that do not exist, and mounts already there
+// ---------------------------------------------------------------------------
+
+#[test]
+fn missing_backing_is_refused_unless_create() {
+    let (_dir, base) = temp_dir();
+    let (backing, mnt) = (base.join("typo"), base.join("mnt"));
+    fs::create_dir(&mnt).unwrap();
+    for extra in [&[][..], &["--read-only"], &["-o", "ro"]] {
+        let err = assert_mount_refused(&base, &[&backing, &mnt], extra, &mnt);
+        assert!(
+            err.contains("typo") && err.contains("No such file or directory"),
+            "{extra:?}: {err}"
+        );
+        assert!(err.contains("--create"), "{err}");
+        assert!(!backing.exists(), "{extra:?} created the backing directory");
+    }
+    // Not a directory either.
+    fs::write(&backing, b"").unwrap();
+    let err = assert_mount_refused(&base, &[&backing, &mnt], &[], &mnt);
+    assert!(err.contains("Not a directory"), "{err}");
+    fs::remove_file(&backing).unwrap();
+
+    // --create makes it (and its parents), and mounts it.
+    let backing = base.join("new/backing");
+    let mut daemon = Spawned::new(
+        Command::new(VERITYFS)
+            .arg("mount")
+            .arg(&backing)
+            .arg(&mnt)
+            .arg("--create")
+            .stdin(Stdio::null()),
+    );
+    let deadline = std::time::Instant::now() + MOUNT_TIMEOUT;
+    while !is_mounted(&mnt) {
+        assert!(daemon.0.try_wait().unwrap().is_none(), "--create failed");
+        assert!(std::time::Instant::now() < deadline, "--create: no mount");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    fs::write(mnt.join("f"), b"x").unwrap();
+    assert_eq!(fs::read(backing.join("f")).unwrap(), b"x");
+    run_ok(Command::new("umount").arg(&mnt));
+    let status = wait_for(&mut daemon.0, EXIT_TIMEOUT).expect("daemon exit");
+    assert!(status.success());
+}
+
+#[test]
+fn mounting_over_a_verityfs_mount_is_refused() {
+    let m = Mount::new();
+    fs::write(m.path("f"), b"first").unwrap();
+    let other = m.scratch("other");
+    fs::create_dir(&other).unwrap();
+    let err = assert_mount_refused(&m.scratch, &[&other, &m.mnt], &[], &m.mnt);
+    assert!(err.contains("already a verityfs mount"), "{err}");
+    // The first mount still serves.
+    assert_eq!(fs::read(m.path("f")).unwrap(), b"first");
+    assert_eq!(mounts_on(&m.mnt), 1);
+}
+
+#[test]
+fn backing_probe_failure_names_the_backing_directory() {
+    let (_dir, base) = temp_dir();
+    let mnt = base.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let err = assert_mount_refused(&base, &[Path::new("/proc/self"), &mnt], &[], &mnt);
+    assert!(err.contains("'/proc/self'"), "{err}");
+    assert!(!err.contains(mnt.to_str().unwrap()), "{err}");
+}
+
+// ---------------------------------------------------------------------------
+// Stopping
+// ---------------------------------------------------------------------------
+
+#[test]
+fn external_umount_is_a_clean_stop_even_in_verbose_logs() {
+    let (_dir, base) = temp_dir();
+    let (backing, mnt, log) = (base.join("b"), base.join("m"), base.join("log"));
+    fs::create_dir(&backing).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let mut daemon = Spawned::new(
+        Command::new(VERITYFS)
+            .arg("mount")
+            .arg(&backing)
+            .arg(&mnt)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&log).unwrap())
+            .stderr(fs::File::create(&log).unwrap()),
+    );
+    let deadline = std::time::Instant::now() + MOUNT_TIMEOUT;
+    while !is_mounted(&mnt) {
+        assert!(std::time::Instant::now() < deadline, "no mount");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    fs::write(mnt.join("f"), b"x").unwrap();
+    run_ok(Command::new("umount").arg(&mnt));
+    let status = wait_for(&mut daemon.0, EXIT_TIMEOUT).expect("daemon exit");
+    let log = fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}: {log}");
+    for level in ["WARN", "ERROR"] {
+        assert!(!log.contains(level), "{log}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Mount options and the mount's own flags
+// ---------------------------------------------------------------------------
+
+#[test]
+fn shows_as_fuse_verityfs_with_an_absolute_source() {
+    let m = Mount::new();
+    let (fstype, source) = type_and_source(&m.mnt);
+    assert_eq!(fstype, "fuse.verityfs");
+    assert_eq!(Path::new(&source), m.backing);
+    drop(m);
+    // A relative BACKING is shown absolute.
+    let (_dir, base) = {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        (dir, base)
+    };
+    fs::create_dir(base.join("b")).unwrap();
+    fs::create_dir(base.join("m")).unwrap();
+    let _daemon = Spawned::new(
+        Command::new(VERITYFS)
+            .args(["mount", "b", "m"])
+            .current_dir(&base)
+            .stdin(std::process::Stdio::null()),
+    );
+    let deadline = std::time::Instant::now() + MOUNT_TIMEOUT;
+    while !is_mounted(&base.join("m")) {
+        assert!(std::time::Instant::now() < deadline, "no mount");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let (fstype, source) = type_and_source(&base.join("m"));
+    run_ok(Command::new("umount").arg(base.join("m")));
+    assert_eq!(
+        (fstype.as_str(), Path::new(&source)),
+        ("fuse.verityfs", &*base.join("b"))
+    );
+}
+
+#[test]
+fn common_mount_options_are_accepted() {
+    for options in [
+        "nodiratime",
+        "strictatime",
+        "relatime",
+        "noatime",
+        "lazytime",
+        "diratime",
+        "default_permissions",
+        "allow_root",
+        "auto_unmount",
+        "dirsync",
+        "sync",
+        "async",
+        "noexec",
+        "nodev,nosuid",
+        "rw",
+        "defaults",
+        "x-systemd.automount",
+        "fsname=mine",
+        "subtype=mine",
+    ] {
+        let m = Mount::with_args(&["-o", options]);
+        fs::write(m.path("f"), b"x").unwrap();
+        let line = mountinfo_line(&m.mnt);
+        let (fstype, source) = type_and_source(&m.mnt);
+        match options {
+            "fsname=mine" => assert_eq!(source, "mine"),
+            "subtype=mine" => assert_eq!(fstype, "fuse.mine"),
+            _ => assert_eq!(
+                (fstype.as_str(), Path::new(&source)),
+                ("fuse.verityfs", &*m.backing)
+            ),
+        }
+        let per_mount = line.split(' ').nth(5).unwrap();
+        for flag in ["noexec", "noatime", "sync", "dirsync"] {
+            if options == flag {
+                assert!(line.contains(flag), "{options}: {line}");
+            }
+        }
+        assert!(
+            per_mount.contains("nosuid") && per_mount.contains("nodev"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn enable_after_remount_read_only_is_erofs() {
+    let mut m = Mount::new();
+    let f = write_file(&m, "f", b"stays ordinary");
+    run_ok(
+        Command::new("mount")
+            .args(["-i", "-o", "remount,ro"])
+            .arg(&m.mnt),
+    );
+    assert!(mountinfo_line(&m.mnt)
+        .split(' ')
+        .nth(5)
+        .unwrap()
+        .starts_with("ro"));
+    assert_errno(raw_enable(&f, &EnableArg::default()), libc::EROFS, "enable");
+    assert_eq!(fs::read(m.backing("f")).unwrap(), b"stays ordinary");
+    assert_eq!(xattr_names(&m.backing("f")).unwrap(), Vec::<String>::new());
+    // Through the mount(8) helper, as `mount -o remount,rw` runs it.
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/mount.fuse.verityfs");
+    run_ok(
+        Command::new(helper)
+            .arg(&m.backing)
+            .arg(&m.mnt)
+            .args(["-o", "remount,rw"]),
+    );
+    assert!(mountinfo_line(&m.mnt)
+        .split(' ')
+        .nth(5)
+        .unwrap()
+        .starts_with("rw"));
+    enable(&f, &[]);
+    m.unmount();
+}
