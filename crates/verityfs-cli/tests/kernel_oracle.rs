@@ -1,0 +1,198 @@
+//! The kernel as the oracle: the scenarios of `oracle/` run on ext4 under
+//! Linux 6.12 (booted once with `scripts/kernel-oracle.sh`) and on a
+//! verityfs mount here, and must give the same results but for the
+//! differences FUSE makes unavoidable (`oracle/known.rs`). Inside the same
+//! VM they also run on a verityfs mount, which tells the kernel's FUSE
+//! layer apart from the daemon when the two disagree.
+//!
+//! No libtest harness: this program is also what runs inside the VM
+//! (`--oracle-vm`) and the helper processes of the scenarios
+//! (`--oracle-enable`). It needs root, /dev/fuse, and what the script
+//! needs (it installs the packages; the first run downloads the kernel).
+
+mod common;
+mod hostile;
+mod oracle;
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use common::*;
+use oracle::{known, scenarios, Backend, Records};
+
+/// The test's name, as `cargo test` filters see it.
+const TEST_NAME: &str = "ext4_under_linux_and_verityfs_agree";
+/// How long the VM may run.
+const VM_TIMEOUT_SECS: u32 = 900;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("--oracle-vm") => in_vm(),
+        Some("--oracle-enable") => child_enable(Path::new(&args[2])),
+        _ => harness(&args[1..]),
+    }
+}
+
+/// What `cargo test` expects of a test program: `--list`, name filters,
+/// and a nonzero exit on failure.
+fn harness(args: &[String]) {
+    if args.iter().any(|a| a == "--list") {
+        println!("{TEST_NAME}: test");
+        return;
+    }
+    let exact = args.iter().any(|a| a == "--exact");
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    let selected = filters.is_empty()
+        || filters.iter().any(|f| {
+            if exact {
+                *f == TEST_NAME
+            } else {
+                TEST_NAME.contains(f.as_str())
+            }
+        });
+    if !selected {
+        println!("running 0 tests (filtered out: {TEST_NAME})");
+        return;
+    }
+    println!("running 1 test");
+    let result = std::panic::catch_unwind(ext4_under_linux_and_verityfs_agree);
+    let verdict = if result.is_ok() { "ok" } else { "FAILED" };
+    println!("test {TEST_NAME} ... {verdict}");
+    if result.is_err() {
+        std::process::exit(101);
+    }
+}
+
+/// The test: one VM boot for the kernel's answers, then the mount here.
+fn ext4_under_linux_and_verityfs_agree() {
+    prerequisites();
+    let vm = boot_vm();
+    let kernel = read_records(&vm, "ext4.txt");
+    let vm_mount = read_records(&vm, "vm-mount.txt");
+    let started = Instant::now();
+    let here = scenarios::run_all(&Backend::Verityfs(Mount::with_args(&["-o", "allow_other"])));
+    eprintln!(
+        "{} scenarios on the mount here in {:.1?}",
+        here.0.len(),
+        started.elapsed()
+    );
+
+    let fuse_layer = known::compare(&vm_mount, &here);
+    for line in &fuse_layer.unexplained {
+        eprintln!("note: a verityfs mount under 6.12 and here differ: {line}");
+    }
+    let verdict = known::compare(&kernel, &here);
+    eprintln!(
+        "{} differences FUSE makes unavoidable:",
+        verdict.explained.len()
+    );
+    for line in &verdict.explained {
+        eprintln!("  {line}");
+    }
+    let mut failures = Vec::new();
+    for line in &verdict.unexplained {
+        let under_fuse_in_vm = line
+            .split(':')
+            .next()
+            .and_then(|name| vm_mount.0.get(name))
+            .map_or("(not run)", String::as_str);
+        failures.push(format!(
+            "{line}\n    verityfs in the VM: {under_fuse_in_vm}"
+        ));
+    }
+    for scenario in &verdict.unused {
+        failures.push(format!(
+            "known difference {scenario} no longer occurs: update the table"
+        ));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} differences between Linux (ext4) and verityfs:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Boots the VM once, running this program with `--oracle-vm`; returns the
+/// directory it wrote its records to.
+fn boot_vm() -> PathBuf {
+    let out = tempfile::Builder::new()
+        .prefix("verityfs-oracle")
+        .tempdir()
+        .unwrap()
+        .keep();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/kernel-oracle.sh");
+    let started = Instant::now();
+    let status = Command::new(&script)
+        .arg("--out")
+        .arg(&out)
+        .arg("--timeout")
+        .arg(VM_TIMEOUT_SECS.to_string())
+        .arg("--")
+        .arg(std::env::current_exe().unwrap())
+        .arg("--oracle-vm")
+        .stdin(std::process::Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        status.success(),
+        "the kernel oracle VM failed ({status}): see its output above and {}",
+        out.display()
+    );
+    eprintln!("the VM ran in {:.1?}", started.elapsed());
+    out
+}
+
+fn read_records(dir: &Path, name: &str) -> Records {
+    let path = dir.join(name);
+    let text = fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("the VM wrote no {}: {e}", path.display()));
+    Records::parse(&text)
+}
+
+/// Inside the VM: the scenarios on the ext4 scratch disk, then on a
+/// verityfs mount; the records go to the shared directory.
+fn in_vm() {
+    let var = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: not in the oracle VM"))
+    };
+    let scratch = PathBuf::from(var("VERITYFS_ORACLE_SCRATCH"));
+    let io = PathBuf::from(var("VERITYFS_ORACLE_IO"));
+    let started = Instant::now();
+    let ext4 = Backend::Ext4 {
+        dir: scratch,
+        device: PathBuf::from("/dev/vda"),
+    };
+    let records = scenarios::run_all(&ext4);
+    fs::write(io.join("ext4.txt"), records.to_text()).unwrap();
+    eprintln!(
+        "{} scenarios on ext4 in {:.1?}",
+        records.0.len(),
+        started.elapsed()
+    );
+    let started = Instant::now();
+    let mount = Backend::Verityfs(Mount::with_args(&["-o", "allow_other"]));
+    let records = scenarios::run_all(&mount);
+    drop(mount);
+    fs::write(io.join("vm-mount.txt"), records.to_text()).unwrap();
+    eprintln!(
+        "{} scenarios on a verityfs mount in {:.1?}",
+        records.0.len(),
+        started.elapsed()
+    );
+}
+
+/// A helper process: says it is starting, then enables `path` with
+/// default parameters (the scenarios kill it meanwhile).
+fn child_enable(path: &Path) {
+    let file = fs::File::open(path).unwrap();
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "enabling").unwrap();
+    stdout.flush().unwrap();
+    let result = scenarios::enable_on(&file, &EnableArg::default());
+    writeln!(stdout, "{result}").unwrap();
+}
