@@ -2,13 +2,16 @@
 # Runs the whole test suite. On a fresh Debian machine, run as root, it first
 # installs what the tests need: the real fsverity-utils binary (the
 # differential oracle), fuse3, e2fsprogs (lsattr/chattr), util-linux
-# (setpriv, umount), the openssl tool (test keys and certificates) and
-# OpenSSL's headers (the openssl crate). The FUSE tests need root and
-# /dev/fuse.
+# (setpriv, umount), the openssl tool (test keys and certificates),
+# OpenSSL's headers (the openssl crate), and what scripts/kernel-oracle.sh
+# boots Linux with for the kernel oracle test (QEMU, busybox, cpio, kmod,
+# keyutils, xz-utils; the script downloads the kernel package itself). The
+# FUSE tests need root and /dev/fuse.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(fsverity fuse3 e2fsprogs util-linux openssl libssl-dev pkg-config bc fonts-dejavu-core)
+packages=(fsverity fuse3 e2fsprogs util-linux openssl libssl-dev pkg-config bc fonts-dejavu-core
+    qemu-system-x86 busybox-static cpio kmod keyutils xz-utils)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -1,5 +1,5 @@
 //! Hostile `FS_IOC_ENABLE_VERITY` and `FS_IOC_MEASURE_VERITY` arguments
-//! through a real mount (issue 6, item 4): bad versions, reserved bytes,
+//! through a real mount: bad versions, reserved bytes,
 //! huge or lying salt and signature sizes, null, unmapped and half-mapped
 //! pointers, tiny and huge digest buffers, on plain files, verity files and
 //! directories.
@@ -8,8 +8,10 @@
 //! [`expected_measure`], small reference models of what the kernel's FUSE
 //! driver (`fs/fuse/ioctl.c`: `fuse_setup_enable_verity()`,
 //! `fuse_setup_measure_verity()`, `fuse_do_ioctl()`) and then the daemon
-//! must answer, the daemon following `fsverity_ioctl_enable()`'s order
-//! (`conformance.md` §2). A first pass sweeps the boundaries (each reserved
+//! must answer, the daemon following `fsverity_ioctl_enable()`'s order.
+//! The models are only a fast stand-in for Linux: `kernel_oracle.rs` runs
+//! the same cases (`tests/hostile`) on ext4 under a real kernel and on a
+//! mount and compares the two, which is what keeps them honest. A first pass sweeps the boundaries (each reserved
 //! byte, each bad pointer, each size limit, each digest buffer size on each
 //! kind of file); then a seeded random run (`VERITYFS_HOSTILE_SEED`,
 //! `VERITYFS_HOSTILE_CALLS`, default 8000 calls) mixes them. Along the way

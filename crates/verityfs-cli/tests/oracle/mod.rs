@@ -6,6 +6,7 @@
 pub mod hostile;
 pub mod known;
 pub mod scenarios;
+pub mod signatures;
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -82,6 +83,13 @@ impl Records {
         );
         if let Some(old) = self.0.insert(name.clone(), value) {
             panic!("scenario {name} recorded twice (first: {old})");
+        }
+    }
+
+    /// Adds all of `other`'s records.
+    pub fn merge(&mut self, other: Records) {
+        for (name, value) in other.0 {
+            self.add(name, value);
         }
     }
 
