@@ -54,7 +54,7 @@ impl Key {
 /// Makes the filesystem trust `cert` (once) and require signatures or not.
 fn set_policy(backend: &mut Backend, cert: &Path, require: bool, trusted: &mut bool) {
     match backend {
-        Backend::Ext4 { .. } => {
+        Backend::Ext4 { dir, device } => {
             if !*trusted {
                 let der = run(Command::new("openssl")
                     .args(["x509", "-outform", "der", "-in"])
@@ -74,9 +74,15 @@ fn set_policy(backend: &mut Backend, cert: &Path, require: bool, trusted: &mut b
             }
             let flag = if require { "1" } else { "0" };
             fs::write("/proc/sys/fs/verity/require_signatures", flag).unwrap();
-            // Linux checks a signature when it loads an inode: forget
-            // the inodes loaded under the previous policy.
-            drop_caches();
+            // Linux checks a signature when it loads an inode: mount
+            // again, so that none loaded under the previous policy stays.
+            run_ok(Command::new("umount").arg(&*dir));
+            run_ok(
+                Command::new("mount")
+                    .args(["-t", "ext4"])
+                    .arg(&*device)
+                    .arg(&*dir),
+            );
         }
         Backend::Verityfs(m) => {
             let trust = format!("--trusted-cert={}", cert.display());
