@@ -144,7 +144,7 @@ impl Run<'_> {
     // -----------------------------------------------------------------------
 
     fn enable_arguments(&mut self) {
-        let mut cases: Vec<(&str, EnableArg)> = vec![
+        let fixed: Vec<(&str, EnableArg)> = vec![
             ("version-0", arg_with(|a| a.version = 0)),
             ("version-2", arg_with(|a| a.version = 2)),
             ("reserved1", arg_with(|a| a.reserved1 = 1)),
@@ -201,9 +201,10 @@ impl Run<'_> {
                 }),
             ),
         ];
+        let mut cases: Vec<(String, EnableArg)> =
+            fixed.into_iter().map(|(n, a)| (n.to_owned(), a)).collect();
         for bs in [0, 1, 3, 512, 4095, 4097, 1 << 17, 1 << 31] {
-            let name: &'static str = Box::leak(format!("block-size-{bs}").into_boxed_str());
-            cases.push((name, arg_with(|a| a.block_size = bs)));
+            cases.push((format!("block-size-{bs}"), arg_with(|a| a.block_size = bs)));
         }
         let plain = self.plain("args-plain", 10_000);
         let verity = self.verity("args-verity", 10_000);
