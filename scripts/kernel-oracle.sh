@@ -11,6 +11,8 @@
 # status become this script's. Inside the guest:
 #   VERITYFS_ORACLE=1
 #   VERITYFS_ORACLE_SCRATCH  the ext4 verity scratch disk (/dev/vda), mounted
+#                            (QEMU cache=unsafe: fast, but for power cuts
+#                            attach the disk under test with --drive)
 #   VERITYFS_ORACLE_IO       a writable directory shared with this machine
 #                            (--out DIR, else a temporary directory)
 #   /dev/vdb, /dev/vdc...    the --drive images, in order, not mounted
