@@ -220,6 +220,8 @@ prepare() {
     mkdir -p "$cache"
     exec 9>"$cache/lock"
     flock 9
+    # What a build that failed left (no other build runs: the lock).
+    rm -rf "$cache"/build.*
     local dir pkg
     if [ -n "${VERITYFS_ORACLE_KERNEL:-}" ]; then
         pkg=$VERITYFS_ORACLE_KERNEL
