@@ -7,7 +7,8 @@
 #
 #   scripts/kernel-oracle.sh [OPTIONS] [--] COMMAND [ARG...]
 #
-# COMMAND runs as root in the current directory. Its stdout, stderr and exit
+# COMMAND runs as root in the current directory (not under /tmp, /run, /dev,
+# /proc or /sys: the guest mounts its own). Its stdout, stderr and exit
 # status become this script's. Inside the guest:
 #   VERITYFS_ORACLE=1
 #   VERITYFS_ORACLE_SCRATCH  the ext4 verity scratch disk (/dev/vda), mounted
@@ -293,7 +294,10 @@ fi
     for e in "${envs[@]}"; do
         printf 'export %q\n' "$e"
     done
-    printf 'cd %q || exit 125\n' "$PWD"
+    printf 'cd %q 2>/dev/null || {\n' "$PWD"
+    printf '    echo %q >/tmp/oracle/io/stderr\n' \
+        "kernel-oracle: the current directory $PWD is not in the guest, which has its own /tmp, /run, /dev, /proc and /sys"
+    echo '    echo 125 >/tmp/oracle/io/status; exit; }'
     printf '%q ' "$@"
     echo '>/tmp/oracle/io/stdout 2>/tmp/oracle/io/stderr'
     echo 'echo $? >/tmp/oracle/io/status'
