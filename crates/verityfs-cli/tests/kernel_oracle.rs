@@ -22,7 +22,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use common::*;
-use oracle::{known, scenarios, signatures, Backend, Records};
+use oracle::{known, read_only, scenarios, signatures, Backend, Records};
 
 /// The test's name, as `cargo test` filters see it.
 const TEST_NAME: &str = "ext4_under_linux_and_verityfs_agree";
@@ -197,9 +197,10 @@ fn in_vm() {
     );
 }
 
-/// Every scenario on `backend`, the signature policy last.
+/// Every scenario on `backend`; those that mount it again last.
 fn all_scenarios(mut backend: Backend) -> Records {
     let mut records = scenarios::run_all(&backend);
+    records.merge(read_only::run_all(&mut backend));
     records.merge(signatures::run_all(&mut backend));
     records
 }

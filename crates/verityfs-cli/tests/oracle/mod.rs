@@ -5,6 +5,7 @@
 
 pub mod hostile;
 pub mod known;
+pub mod read_only;
 pub mod scenarios;
 pub mod signatures;
 
