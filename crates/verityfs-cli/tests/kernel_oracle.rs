@@ -47,17 +47,7 @@ fn harness(args: &[String]) {
         println!("{TEST_NAME}: test");
         return;
     }
-    let exact = args.iter().any(|a| a == "--exact");
-    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    let selected = filters.is_empty()
-        || filters.iter().any(|f| {
-            if exact {
-                *f == TEST_NAME
-            } else {
-                TEST_NAME.contains(f.as_str())
-            }
-        });
-    if !selected {
+    if !selected(args) {
         println!("running 0 tests (filtered out: {TEST_NAME})");
         return;
     }
@@ -68,6 +58,33 @@ fn harness(args: &[String]) {
     if result.is_err() {
         std::process::exit(101);
     }
+}
+
+/// Whether libtest's arguments select the test: name filters (`--exact`)
+/// and `--skip`; the values of the other options are not filters.
+fn selected(args: &[String]) -> bool {
+    let exact = args.iter().any(|a| a == "--exact");
+    let matches = |f: &str| {
+        if exact {
+            f == TEST_NAME
+        } else {
+            TEST_NAME.contains(f)
+        }
+    };
+    let mut filters = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--skip" if args.next().is_some_and(|f| matches(f)) => return false,
+            "--skip" => {}
+            "--test-threads" | "--color" | "--format" | "--logfile" | "-Z" | "--shuffle-seed" => {
+                args.next();
+            }
+            a if !a.starts_with('-') => filters.push(a),
+            _ => {}
+        }
+    }
+    filters.is_empty() || filters.into_iter().any(matches)
 }
 
 /// The test: one VM boot for the kernel's answers, then the mount here.
