@@ -467,6 +467,35 @@ pub fn verity_ioctl(file: &File, request: VerityIoctl) -> io::Result<Vec<u8>> {
     Ok(arg)
 }
 
+/// `FS_IOC_READ_VERITY_METADATA` of `metadata_type` (1: Merkle tree,
+/// 2: descriptor, 3: signature) from `offset` into `buf`, with `reserved`
+/// as the structure's `__reserved` flags word; returns the bytes read.
+pub fn read_verity_metadata(
+    file: &File,
+    metadata_type: u64,
+    offset: u64,
+    buf: &mut [u8],
+    reserved: u64,
+) -> io::Result<usize> {
+    let mut arg = [0u8; 40];
+    arg[0..8].copy_from_slice(&metadata_type.to_le_bytes());
+    arg[8..16].copy_from_slice(&offset.to_le_bytes());
+    arg[16..24].copy_from_slice(&(buf.len() as u64).to_le_bytes());
+    arg[24..32].copy_from_slice(&(buf.as_mut_ptr() as u64).to_le_bytes());
+    arg[32..40].copy_from_slice(&reserved.to_le_bytes());
+    // SAFETY: `arg` is the 40-byte `struct fsverity_read_metadata_arg`
+    // the kernel reads; the only memory it writes is `buf`, whose address
+    // and length the structure gives, borrowed mutably for the call.
+    let rc = unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            FS_IOC_READ_VERITY_METADATA as libc::Ioctl,
+            arg.as_mut_ptr(),
+        )
+    };
+    usize::try_from(rc).map_err(|_| io::Error::last_os_error())
+}
+
 /// Raw `FS_IOC_ENABLE_VERITY` on `path` opened read-only.
 pub fn raw_enable(path: &Path, arg: &EnableArg) -> io::Result<()> {
     verity_ioctl(&File::open(path)?, VerityIoctl::Enable(arg)).map(drop)
