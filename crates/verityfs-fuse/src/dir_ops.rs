@@ -127,14 +127,12 @@ impl VerityFs {
 
     /// `opendir`: a directory stream on the backing directory, which
     /// `readdir` reads on demand.
-    pub(crate) fn open_dir(&self, inode: &Arc<Inode>) -> Result<FileHandle, Errno> {
-        let fd = rustix::fs::openat(
-            &inode.fd,
-            ".",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(errno)?;
+    pub(crate) fn open_dir(&self, caller: Caller, inode: &Arc<Inode>) -> Result<FileHandle, Errno> {
+        // As the caller: listing needs their read permission (ACLs and all).
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let fd = self.as_caller(&caller, || {
+            rustix::fs::openat(&inode.fd, ".", flags, Mode::empty()).map_err(errno)
+        })?;
         let dev = rustix::fs::fstat(&fd).map_err(errno)?.st_dev;
         let stream = DirStream {
             dir: Dir::new(fd).map_err(errno)?,

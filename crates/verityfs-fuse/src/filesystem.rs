@@ -408,8 +408,8 @@ impl Filesystem for VerityFs {
         reply_with!(reply, self.fsync_file(fh, datasync), |()| reply.ok());
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let result = self.inode(ino).and_then(|i| self.open_dir(&i));
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let result = self.inode(ino).and_then(|i| self.open_dir(caller(req), &i));
         reply_with!(reply, result, |fh| reply.opened(fh, FopenFlags::empty()));
     }
 

@@ -78,7 +78,7 @@ impl VerityFs {
         )
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", backing.display())))?;
         if !options.read_only {
-            probe_xattrs(backing)?;
+            probe_xattrs(&root, backing)?;
         }
         Ok(VerityFs {
             inodes: InodeTable::new(root).map_err(|e| io::Error::from_raw_os_error(e.code()))?,
@@ -256,22 +256,38 @@ pub(crate) fn lib_errno(e: verityfs::Error) -> Errno {
     Errno::from_i32(e.errno())
 }
 
+/// A new file in the directory `root` that no name refers to: an unnamed
+/// `O_TMPFILE`, or where the filesystem has none, a new name made with
+/// `O_EXCL | O_NOFOLLOW` and removed at once. Never an object someone put
+/// in the directory (a planted symbolic link, say).
+fn scratch_file(root: &OwnedFd) -> rustix::io::Result<OwnedFd> {
+    let mode = Mode::from_raw_mode(0o600);
+    let tmpfile = OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC;
+    match rustix::fs::openat(root, ".", tmpfile, mode) {
+        Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::ISDIR) => {}
+        other => return other,
+    }
+    let name = format!(".verityfs-probe-{}", std::process::id());
+    let flags = OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::RDWR | OFlags::CLOEXEC;
+    let file = rustix::fs::openat(root, &name, flags, mode)?;
+    rustix::fs::unlinkat(root, &name, rustix::fs::AtFlags::empty())?;
+    Ok(file)
+}
+
 /// Checks that the backing filesystem keeps user extended attributes, which
 /// the layout needs, by setting one on a scratch file.
-fn probe_xattrs(backing: &Path) -> io::Result<()> {
-    let probe = backing.join(format!(".verityfs-probe-{}", std::process::id()));
-    let file = File::create(&probe).map_err(|e| {
+fn probe_xattrs(root: &OwnedFd, backing: &Path) -> io::Result<()> {
+    let cannot = |e: rustix::io::Errno| {
         let why = format!("'{}': can't create a file in it: {e}", backing.display());
-        io::Error::new(e.kind(), why)
-    })?;
+        io::Error::new(io::Error::from(e).kind(), why)
+    };
+    let file = File::from(scratch_file(root).map_err(cannot)?);
     let result = rustix::fs::fsetxattr(
         &file,
         "user.verityfs.probe",
         b"1",
         rustix::fs::XattrFlags::empty(),
     );
-    drop(file);
-    std::fs::remove_file(&probe)?;
     result.map_err(|e| {
         io::Error::new(
             io::ErrorKind::Unsupported,
