@@ -19,6 +19,7 @@ mod file_digest;
 mod getopt;
 mod ioctl;
 mod locate;
+mod logging;
 mod output;
 mod progress;
 mod scrub;
@@ -28,19 +29,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    init_logging();
+    logging::init();
     let args: Vec<OsString> = std::env::args_os().collect();
     ExitCode::from(commands::run(&args))
-}
-
-/// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default:
-/// warnings and errors only, so nothing is printed on the happy path; fuser
-/// warns about routine events such as being unmounted from outside).
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,fuser=error"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
 }
