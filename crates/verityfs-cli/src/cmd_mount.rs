@@ -87,6 +87,12 @@ pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
     let Ok([backing, mountpoint]) = <[OsString; 2]>::try_from(getopt.into_operands()) else {
         return cmd.usage_error();
     };
+    if backing.is_empty() {
+        // As `${BACKING}` expands in the systemd unit when the
+        // configuration file does not set it.
+        error_msg("the backing directory is an empty string (is BACKING set?)");
+        return cmd.usage_error();
+    }
     let (backing, mountpoint) = (PathBuf::from(backing), PathBuf::from(mountpoint));
     for dir in [&backing, &mountpoint] {
         if let Err(e) = std::fs::create_dir_all(dir) {
@@ -97,6 +103,7 @@ pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
             return EXIT_FAILURE;
         }
     }
+    crate::notify::ready_when_mounted(&mountpoint);
     match verityfs_fuse::run(&backing, &mountpoint, options) {
         Ok(()) => EXIT_OK,
         Err(e) => {

@@ -20,6 +20,7 @@ mod getopt;
 mod ioctl;
 mod locate;
 mod logging;
+mod notify;
 mod output;
 mod progress;
 mod scrub;
