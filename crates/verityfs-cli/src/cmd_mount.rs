@@ -107,10 +107,14 @@ pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
     match verityfs_fuse::run(&backing, &mountpoint, options) {
         Ok(()) => EXIT_OK,
         Err(e) => {
+            let why = match crate::fuse_device::problem() {
+                Some(device) => format!("{}: {device}", crate::output::strerror(&e)),
+                None => e.to_string(),
+            };
             error_msg(quote(
                 "mounting '",
                 mountpoint.as_os_str(),
-                &format!("': {e}"),
+                &format!("': {why}"),
             ));
             EXIT_FAILURE
         }

@@ -16,6 +16,7 @@ mod cmd_verify;
 mod commands;
 mod digest_list;
 mod file_digest;
+mod fuse_device;
 mod getopt;
 mod ioctl;
 mod locate;
