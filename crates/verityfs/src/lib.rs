@@ -82,3 +82,9 @@ pub use params::{MerkleTreeParams, Salt};
 pub use read_metadata::MetadataType;
 pub use reader::VerifiedReader;
 pub use state::FileState;
+
+/// The README's Rust example, compiled and run as a doctest so that it
+/// keeps matching the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;
