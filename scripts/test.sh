@@ -2,13 +2,14 @@
 # Runs the whole test suite. On a fresh Debian machine, run as root, it first
 # installs what the tests need: the real fsverity-utils binary (the
 # differential oracle), fuse3, e2fsprogs (lsattr/chattr), util-linux
-# (setpriv, umount), the openssl tool (test keys and certificates) and
-# OpenSSL's headers (the openssl crate). The FUSE tests need root and
+# (setpriv, umount, unshare), the openssl tool (test keys and certificates),
+# OpenSSL's headers (the openssl crate), systemd (systemd-analyze, for the
+# unit's checks) and git (the README's checks). The FUSE tests need root and
 # /dev/fuse.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(fsverity fuse3 e2fsprogs util-linux openssl libssl-dev pkg-config bc fonts-dejavu-core)
+packages=(fsverity fuse3 e2fsprogs util-linux openssl libssl-dev pkg-config bc fonts-dejavu-core systemd git)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -255,6 +255,33 @@ fn copies_without_xattrs_are_reported_and_reattached() {
         "{stderr}"
     );
 
+    // tar without --xattrs loses the record the same way.
+    let tar = m.scratch("f.tar");
+    run_ok(
+        Command::new("tar")
+            .arg("-C")
+            .arg(&m.backing)
+            .arg("-cf")
+            .arg(&tar)
+            .arg("f"),
+    );
+    fs::create_dir(m.backing("untarred")).unwrap();
+    run_ok(
+        Command::new("tar")
+            .arg("-C")
+            .arg(m.backing("untarred"))
+            .arg("-xf")
+            .arg(&tar),
+    );
+    let (code, _, stderr) = outcome(&verityfs(&[&"verify", &m.backing("untarred")]));
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("untarred/f' is a verity file that lost"),
+        "{stderr}"
+    );
+    let (code, _, _) = outcome(&verityfs(&[&"reattach", &m.backing("untarred/f")]));
+    assert_eq!(code, 0);
+
     // Repaired through the mount path; the mount then serves it as verity.
     let (code, stdout, stderr) = outcome(&verityfs(&[&"reattach", &m.path("copy")]));
     assert_eq!((code, stderr.as_str()), (0, ""));
