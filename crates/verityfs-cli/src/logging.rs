@@ -83,12 +83,18 @@ fn destination() -> (Style, Sink) {
     let stderr = io::stderr();
     let style = if stderr.is_terminal() {
         Style::Terminal
-    } else if is_journal(&stderr) {
+    } else if stderr_is_journal() {
         Style::Journal
     } else {
         Style::Plain
     };
     (style, Sink::Stderr)
+}
+
+/// True if stderr is connected to the journal (checked once).
+pub fn stderr_is_journal() -> bool {
+    static JOURNAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *JOURNAL.get_or_init(|| is_journal(&io::stderr()))
 }
 
 /// True if `JOURNAL_STREAM` (`DEVICE:INODE`) names this stderr: systemd

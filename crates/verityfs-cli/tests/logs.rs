@@ -124,3 +124,27 @@ fn syslog_datagrams_on_request() {
     assert!(corrupted[0].starts_with(&want), "{corrupted:?}");
     assert_eq!(m.log(), "", "nothing on stderr");
 }
+
+#[test]
+fn errors_carry_the_error_priority_in_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stderr_path, not_a_dir) = (dir.path().join("stderr"), dir.path().join("file"));
+    fs::write(&not_a_dir, b"x").unwrap();
+    let stderr = fs::File::create(&stderr_path).unwrap();
+    let st = stderr.metadata().unwrap();
+    let status = std::process::Command::new(VERITYFS)
+        .arg("mount")
+        .arg(&not_a_dir)
+        .arg(dir.path().join("mnt"))
+        .env("JOURNAL_STREAM", format!("{}:{}", st.dev(), st.ino()))
+        .stderr(stderr)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1));
+    let said = fs::read_to_string(&stderr_path).unwrap();
+    let want = format!(
+        "<3>ERROR: can't create directory '{}': File exists\n",
+        not_a_dir.display()
+    );
+    assert_eq!(said, want);
+}
