@@ -71,8 +71,11 @@ enum Style {
 /// The style and the writer the environment asks for.
 fn destination() -> (Style, Sink) {
     if let Ok(spec) = std::env::var("VERITYFS_LOG") {
-        if let Some(rest) = spec.strip_prefix("syslog") {
-            let path = rest.strip_prefix(':').unwrap_or(SYSLOG_SOCKET);
+        let path = match spec.as_str() {
+            "syslog" => Some(SYSLOG_SOCKET),
+            _ => spec.strip_prefix("syslog:"),
+        };
+        if let Some(path) = path {
             let socket = UnixDatagram::unbound().and_then(|s| s.connect(path).map(|()| s));
             match socket {
                 Ok(socket) => return (Style::Syslog, Sink::Syslog(Arc::new(socket))),
