@@ -275,7 +275,7 @@ impl Scrub {
         let name = path.as_os_str();
         match &report.outcome {
             Outcome::NotVerity => self.not_verity += 1,
-            Outcome::Ok { .. } => self.verified += 1,
+            Outcome::Ok { .. } | Outcome::OkThroughMount { .. } => self.verified += 1,
             Outcome::Failed(_) if report.digest.is_none() => self.failed = true,
             _ => {
                 self.verified += 1;
@@ -342,6 +342,11 @@ fn print_text(name: &OsStr, report: &FileReport) {
         Outcome::Ok { blocks } => {
             print_stdout(&quote("", name, &format!(": OK ({blocks} blocks)\n")))
         }
+        Outcome::OkThroughMount { bytes } => print_stdout(&quote(
+            "",
+            name,
+            &format!(": OK ({bytes} bytes read through the mount, which verified them)\n"),
+        )),
         Outcome::Corrupted {
             corrupted_blocks, ..
         } => print_stdout(&quote(
@@ -373,6 +378,7 @@ fn print_text(name: &OsStr, report: &FileReport) {
 fn json_report(path: &Path, report: &FileReport) -> serde_json::Value {
     let (result, blocks, bad, error) = match &report.outcome {
         Outcome::Ok { blocks } => ("ok", Some(*blocks), 0, None),
+        Outcome::OkThroughMount { .. } => ("ok", None, 0, None),
         Outcome::Corrupted {
             blocks,
             corrupted_blocks,

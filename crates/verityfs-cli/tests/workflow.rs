@@ -393,3 +393,66 @@ fn verify_against_a_detached_tree_and_descriptor() {
         .arg("--tree=x"));
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `verityfs ARGS` as `nobody`.
+fn verityfs_as_nobody(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={NOBODY}"))
+        .arg(format!("--regid={NOBODY}"))
+        .arg("--clear-groups")
+        .arg(VERITYFS);
+    for arg in args {
+        cmd.arg(arg);
+    }
+    run(&mut cmd)
+}
+
+#[test]
+fn verify_reads_through_the_mount_when_the_backing_file_is_out_of_reach() {
+    let mut m = Mount::with_args(&["-o", "allow_other"]);
+    m.unmount();
+    // The backing directory inside a directory only root may enter.
+    let private = m.backing.parent().unwrap().join("private");
+    fs::create_dir(&private).unwrap();
+    fs::set_permissions(
+        &private,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    fs::rename(&m.backing, private.join("backing")).unwrap();
+    m.backing = private.join("backing");
+    m.start(&["-o", "allow_other"]);
+    verity_file(&m, "f", 100_000);
+    write_file(&m, "plain", b"p");
+
+    let (code, stdout, stderr) = outcome(&verityfs_as_nobody(&[&"verify", &m.mnt]));
+    assert_eq!((code, stderr.as_str()), (0, ""), "{stdout}");
+    let f = m.path("f").display().to_string();
+    assert_eq!(
+        stdout,
+        format!(
+            "{f}: OK (100000 bytes read through the mount, which verified them)\n\
+             verified 1 files, 0 corrupted, 1 not verity\n"
+        )
+    );
+    // Digest lists work the same way.
+    let list = m.scratch("list");
+    let line = format!("{} {f}\n", measure(&m.path("f")));
+    fs::write(&list, &line).unwrap();
+    let (code, stdout, stderr) = outcome(&verityfs_as_nobody(&[&"verify", &"-c", &list]));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    fs::write(&list, other_digest(&line)).unwrap();
+    assert_eq!(
+        verityfs_as_nobody(&[&"verify", &"-c", &list]).status.code(),
+        Some(1)
+    );
+
+    flip_byte(&m.backing("f"), 50_000);
+    let (code, _, stderr) = outcome(&verityfs_as_nobody(&[&"verify", &m.path("f")]));
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("reading through the mount failed at byte")
+            && stderr.contains("Input/output error"),
+        "{stderr}"
+    );
+}
