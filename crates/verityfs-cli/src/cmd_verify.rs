@@ -89,45 +89,66 @@ impl Options {
     }
 }
 
+/// What `verify` was asked to check.
+enum Mode<'a> {
+    /// The files of a digest list.
+    List(&'a OsStr),
+    /// Data against a separate tree and descriptor.
+    Detached {
+        data: &'a Path,
+        tree: &'a Path,
+        descriptor: &'a Path,
+    },
+    /// Files and directories (one file with `--digest`).
+    Paths(&'a [OsString]),
+}
+
+impl Options {
+    /// The mode the options and operands ask for; `None` for a combination
+    /// that makes no sense (a usage error).
+    fn mode<'a>(&'a self, operands: &'a [OsString]) -> Option<Mode<'a>> {
+        let one_digest = self.digest.is_none() || operands.len() == 1;
+        match (&self.list, &self.tree, &self.descriptor, operands) {
+            (Some(list), None, None, []) if self.digest.is_none() => Some(Mode::List(list)),
+            (None, Some(tree), Some(descriptor), [data]) => Some(Mode::Detached {
+                data: Path::new(data),
+                tree,
+                descriptor,
+            }),
+            (None, None, None, [_, ..]) if one_digest => Some(Mode::Paths(operands)),
+            _ => None,
+        }
+    }
+}
+
 /// Runs `verityfs verify`.
 pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
     let mut options = Options::default();
-    let paths = match cmd.parse_options(args, LONGOPTS, |id, v| usage_unless(options.take(id, v))) {
-        Ok(paths) => paths,
-        Err(status) => return status,
+    let operands =
+        match cmd.parse_options(args, LONGOPTS, |id, v| usage_unless(options.take(id, v))) {
+            Ok(operands) => operands,
+            Err(status) => return status,
+        };
+    let Some(mode) = options.mode(&operands) else {
+        if options.tree.is_some() != options.descriptor.is_some() {
+            error_msg("--tree and --descriptor go together");
+        }
+        return cmd.usage_error();
     };
     let mut scrub = Scrub::new(options.json);
-    let detached = options.tree.is_some() || options.descriptor.is_some();
-    match (&options, paths.as_slice()) {
-        (
-            Options {
-                list: Some(list), ..
-            },
-            [],
-        ) if !detached && options.digest.is_none() => scrub.check_list(list),
-        (Options { list: None, .. }, [data]) if detached => {
-            let (Some(tree), Some(descriptor)) = (&options.tree, &options.descriptor) else {
-                error_msg("--tree and --descriptor go together");
-                return cmd.usage_error();
-            };
-            scrub.detached(Path::new(data), tree, descriptor, options.digest.as_ref())
-        }
-        (Options { list: None, .. }, [path]) if options.digest.is_some() => {
-            scrub.operand(Path::new(path), options.digest.as_ref())
-        }
-        (
-            Options {
-                list: None,
-                digest: None,
-                ..
-            },
-            [_, ..],
-        ) if !detached => {
-            for path in &paths {
-                scrub.operand(Path::new(path), None);
+    let expected = options.digest.as_ref();
+    match mode {
+        Mode::List(list) => scrub.check_list(list),
+        Mode::Detached {
+            data,
+            tree,
+            descriptor,
+        } => scrub.detached(data, tree, descriptor, expected),
+        Mode::Paths(paths) => {
+            for path in paths {
+                scrub.operand(Path::new(path), expected);
             }
         }
-        _ => return cmd.usage_error(),
     }
     scrub.finish()
 }
