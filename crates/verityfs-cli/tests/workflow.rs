@@ -116,6 +116,24 @@ fn verify_measure_and_dump_metadata_work_through_the_mount_and_on_backing_files(
     let out = verityfs(&[&"dump_metadata", &"descriptor", &plain]);
     assert_eq!(out.status.code(), Some(1));
 
+    // On a backing path, an ordinary attribute of that name is not taken
+    // for the daemon's answer: the file itself is checked.
+    let evil = m.backing("plain");
+    let f_backing = m.backing("f");
+    rustix::fs::setxattr(
+        &evil,
+        verityfs_fuse::BACKING_XATTR,
+        f_backing.as_os_str().as_encoded_bytes(),
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    let (code, _, stderr) = outcome(&verityfs(&[&"verify", &evil]));
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(
+        stderr,
+        format!("ERROR: '{}' is not a verity file\n", evil.display())
+    );
+
     // Corruption in the backing file is found through the mount.
     flip_byte(&m.backing("f"), 5000);
     let (code, stdout, _) = outcome(&verityfs(&[&"verify", &m.path("f")]));
