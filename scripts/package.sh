@@ -57,11 +57,13 @@ expected=(
     usr/share/fish/vendor_completions.d/verityfs.fish
     lib/systemd/system/verityfs@.service
     usr/share/doc/verityfs/README.md
+    usr/share/doc/verityfs/FORMAT.md
+    usr/share/doc/verityfs/SECURITY.md
     usr/share/doc/verityfs/copyright
 )
 # One manual page for the command and one per subcommand, as
 # `verityfs --help` lists them (compressed, as Debian policy wants).
-for cmd in $("$root/usr/bin/verityfs" --help | sed -n 's/^    verityfs \([a-z_]*\).*/\1/p'); do
+for cmd in $("$root/usr/bin/verityfs" --help | sed -n 's/^    verityfs \([a-z_-]*\).*/\1/p'); do
     expected+=("usr/share/man/man1/verityfs-$cmd.1.gz")
 done
 expected+=(usr/share/man/man1/verityfs.1.gz)

@@ -2,17 +2,18 @@
 # Runs the whole test suite. On a fresh Debian machine, run as root, it first
 # installs what the tests need: the real fsverity-utils binary (the
 # differential oracle), fuse3, e2fsprogs (lsattr/chattr), util-linux
-# (setpriv, umount), the openssl tool (test keys and certificates),
+# (setpriv, umount, unshare), the openssl tool (test keys and certificates),
 # OpenSSL's headers (the openssl crate), python3 (the mount tests' truncate,
-# ioctl and mmap helpers), systemd (systemd-escape, for the unit file's
-# test), and what scripts/kernel-oracle.sh boots Linux with for the kernel
-# oracle test (QEMU, busybox, cpio, kmod, keyutils, xz-utils; the script
-# downloads the kernel package itself). The FUSE tests need root and
-# /dev/fuse; a test missing anything fails.
+# ioctl and mmap helpers), systemd (systemd-escape and systemd-analyze, for
+# the unit's checks), git (the README's checks), and what
+# scripts/kernel-oracle.sh boots Linux with for the kernel oracle test
+# (QEMU, busybox, cpio, kmod, keyutils, xz-utils; the script downloads the
+# kernel package itself). The FUSE tests need root and /dev/fuse; a test
+# missing anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(fsverity fuse3 e2fsprogs util-linux openssl libssl-dev pkg-config bc fonts-dejavu-core python3 systemd
+packages=(fsverity fuse3 e2fsprogs util-linux openssl libssl-dev pkg-config bc fonts-dejavu-core python3 systemd git
     qemu-system-x86 busybox-static cpio kmod keyutils xz-utils)
 missing=()
 for p in "${packages[@]}"; do

@@ -2,12 +2,12 @@
 //! or built-in signature to stdout, as `fsverity dump_metadata` does
 //! (fsverity-utils `programs/cmd_dump_metadata.c`), but from the backing
 //! file of the verityfs layout instead of `FS_IOC_READ_VERITY_METADATA`
-//! (which cannot pass through FUSE). Messages, exit codes and the
+//! (which cannot pass through FUSE): the file named, or for a path through
+//! a `verityfs mount`, its backing file ([`crate::locate`]). Messages, exit codes and the
 //! ioctl's rules (`ENODATA`, `EINVAL` on `offset + length` overflow, length
 //! clamped to `INT_MAX`) are those of fsverity and the kernel.
 
 use std::ffi::{OsStr, OsString};
-use std::fs::File;
 use std::io;
 use std::path::Path;
 
@@ -104,8 +104,9 @@ fn parse_metadata_type(name: &OsStr) -> Option<MetadataType> {
 /// Writes the item to stdout: the single read of `range` (which may be
 /// short), or everything in 32768-byte reads. Errors are printed here.
 fn dump(kind: MetadataType, name: &OsStr, range: Option<(u64, u64)>) -> Result<(), ()> {
-    let file = File::open(name)
-        .map_err(|e| error_msg_errno(quote("can't open '", name, "' for reading"), &e))?;
+    let file = crate::locate::open(Path::new(name))
+        .map_err(|e| error_msg_errno(quote("can't open '", name, "' for reading"), &e))?
+        .file;
     let failed = |e: Error| {
         let msg = quote("FS_IOC_READ_VERITY_METADATA failed on '", name, "'");
         error_msg_errno(msg, &io::Error::from_raw_os_error(e.errno()));

@@ -1,13 +1,19 @@
 //! `verityfs measure`: print the fs-verity digests of verity files, as
 //! `fsverity measure` v1.5 does (fsverity-utils `programs/cmd_measure.c`).
 //!
+//! A file on which `FS_IOC_MEASURE_VERITY` fails is also looked at as a
+//! backing file of the verityfs layout (see `verityfs mount`): its digest
+//! is the one the mount reports for it.
+//!
 //! Like v1.5, `measure` parses no options: every argument, `--` and
 //! `--foo` included, is a file name (`--help` and `--version` are handled
 //! before, by the dispatcher).
 
 use std::ffi::OsString;
+use std::fs::File;
+use std::path::Path;
 
-use verityfs::HashAlgorithm;
+use verityfs::{HashAlgorithm, ReadOptions, Verifier, VerityFile};
 
 use crate::commands::{Command, EXIT_FAILURE, EXIT_OK};
 use crate::ioctl::measure_verity;
@@ -22,7 +28,8 @@ pub fn run(cmd: &Command, files: &[OsString]) -> u8 {
         let Some(file) = open_for_reading(name) else {
             return EXIT_FAILURE;
         };
-        let (alg, digest) = match measure_verity(&file) {
+        let measured = measure_verity(&file).or_else(|e| measure_stored(&file).ok_or(e));
+        let (alg, digest) = match measured {
             Ok(measured) => measured,
             Err(e) => {
                 let what = quote("FS_IOC_MEASURE_VERITY failed on '", name, "'");
@@ -38,4 +45,13 @@ pub fn run(cmd: &Command, files: &[OsString]) -> u8 {
         print_stdout(&quote(&format!("{alg_name}:{hex} "), name, "\n"));
     }
     EXIT_OK
+}
+
+/// The algorithm number and digest of `file` if it is a verity file of the
+/// verityfs layout.
+fn measure_stored(file: &File) -> Option<(u16, Vec<u8>)> {
+    let verifier = Verifier::new(ReadOptions::default());
+    let verity = VerityFile::open(&verifier, file.try_clone().ok()?, Path::new("")).ok()?;
+    let alg = verity.descriptor().params().hash_algorithm().id();
+    Some((alg.into(), verity.digest().as_bytes().to_vec()))
 }

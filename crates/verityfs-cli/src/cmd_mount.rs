@@ -84,14 +84,28 @@ pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
     let Ok([backing, mountpoint]) = <[OsString; 2]>::try_from(getopt.into_operands()) else {
         return cmd.usage_error();
     };
+    if backing.is_empty() {
+        // As `${BACKING}` expands in the systemd unit when the
+        // configuration file does not set it.
+        error_msg("the backing directory is an empty string (is BACKING set?)");
+        return cmd.usage_error();
+    }
     let (backing, mountpoint) = (PathBuf::from(backing), PathBuf::from(mountpoint));
     let Some(made_mountpoint) = prepare_directories(&backing, &mountpoint, create) else {
         return EXIT_FAILURE;
     };
+    crate::notify::ready_when_mounted(&mountpoint);
     match verityfs_fuse::run(&backing, &mountpoint, options) {
         Ok(()) => EXIT_OK,
         Err(e) => {
-            error_msg(e.to_string());
+            match crate::fuse_device::problem() {
+                Some(device) => error_msg(quote(
+                    "mounting '",
+                    mountpoint.as_os_str(),
+                    &format!("': {}: {device}", crate::output::strerror(&e)),
+                )),
+                None => error_msg(e.to_string()),
+            }
             // A refused mount leaves no trace (it may be inside BACKING).
             if made_mountpoint {
                 let _ = std::fs::remove_dir(&mountpoint);

@@ -69,6 +69,17 @@ const COMMANDS: &[Command] = &[
 ",
     },
     Command {
+        name: crate::cmd_enable::OFFLINE,
+        func: crate::cmd_enable::run,
+        longopts: crate::cmd_enable::longopts,
+        hidden: false,
+        short_desc: "Enable fs-verity on a backing file directly, without a verityfs mount",
+        usage: "    verityfs enable-offline FILE
+               [--hash-alg=HASH_ALG] [--block-size=BLOCK_SIZE] [--salt=SALT]
+               [--signature=SIGFILE]
+",
+    },
+    Command {
         name: "measure",
         func: crate::cmd_measure::run,
         longopts: Vec::new,
@@ -114,10 +125,20 @@ const COMMANDS: &[Command] = &[
     Command {
         name: "verify",
         func: crate::cmd_verify::run,
-        longopts: Vec::new,
+        longopts: || crate::cmd_verify::LONGOPTS.to_vec(),
         hidden: false,
         short_desc: "Check every block of the verity files at the given path(s)",
-        usage: "    verityfs verify PATH...
+        usage: "    verityfs verify [PATH...] [--json] [--check=LIST] [--digest=DIGEST]
+               [--tree=TREE_FILE] [--descriptor=DESCRIPTOR_FILE]
+",
+    },
+    Command {
+        name: "reattach",
+        func: crate::cmd_reattach::run,
+        longopts: Vec::new,
+        hidden: false,
+        short_desc: "Make backing files copied without their extended attributes verity again",
+        usage: "    verityfs reattach FILE...
 ",
     },
     Command {

@@ -9,34 +9,29 @@ mod cmd_dump_metadata;
 mod cmd_enable;
 mod cmd_measure;
 mod cmd_mount;
+mod cmd_reattach;
 mod cmd_sign;
 mod cmd_stats;
 mod cmd_verify;
 mod commands;
+mod digest_list;
 mod file_digest;
+mod fuse_device;
 mod getopt;
 mod ioctl;
+mod locate;
+mod logging;
+mod notify;
 mod output;
 mod progress;
+mod scrub;
 mod tree_params;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    init_logging();
+    logging::init();
     let args: Vec<OsString> = std::env::args_os().collect();
     ExitCode::from(commands::run(&args))
-}
-
-/// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default:
-/// warnings and errors only, so nothing is printed on the happy path; fuser
-/// warns about routine events such as being unmounted from outside).
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,fuser=error"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
 }

@@ -7,9 +7,14 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Write};
 
-/// Prints `ERROR: <msg>` to stderr.
+/// Prints `ERROR: <msg>` to stderr, with the journal's error priority
+/// prefix (`<3>`) when stderr is the journal, as under the systemd unit.
 pub fn error_msg(msg: impl AsRef<[u8]>) {
-    let line = [b"ERROR: ", msg.as_ref(), b"\n"].concat();
+    let priority: &[u8] = match crate::logging::stderr_is_journal() {
+        true => b"<3>",
+        false => b"",
+    };
+    let line = [priority, b"ERROR: ", msg.as_ref(), b"\n"].concat();
     let _ = io::stderr().write_all(&line);
 }
 

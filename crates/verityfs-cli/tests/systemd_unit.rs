@@ -1,18 +1,27 @@
 //! `contrib/systemd/verityfs@.service`, started and stopped as systemd
-//! would, without systemd: the test reads the unit's `ExecStart=`, expands
-//! it as systemd does (`%i`, `%f`, `${VAR}` and `$VAR` from the
-//! `EnvironmentFile=`), runs exactly that command line with a temporary
-//! mount point as the instance, checks that the mount appears and works,
-//! then sends SIGTERM as `systemctl stop` does and checks that the daemon
-//! exits with status 0 and the mount is gone.
+//! would, without systemd as PID 1: the test reads the unit's
+//! `ExecStart=`, expands it as systemd does (`%i`, `%f`, `${VAR}` and
+//! `$VAR` from the `EnvironmentFile=`), runs exactly that command line with
+//! a temporary mount point as the instance, with the unit's capability
+//! bounding set and no new privileges (`setpriv`), in a network namespace of
+//! its own (`PrivateNetwork=`, `unshare --net`) and with `NOTIFY_SOCKET`
+//! naming a socket of the test (`Type=notify`); checks that `READY=1`
+//! arrives once the mount is there and that the mount works for ordinary
+//! operations, then sends SIGTERM as `systemctl stop` does and checks that
+//! the daemon exits with status 0 and the mount is gone. `systemd-analyze
+//! verify` must accept the unit and `systemd-analyze security` rate it
+//! below 5.
 //!
 //! Only `/usr/bin/verityfs` is replaced, by the binary under test. The
 //! instance names are checked against systemd's own `systemd-escape`. Needs
-//! root and `/dev/fuse`, like `tests/mount.rs`, and Debian's `systemd`
-//! package; fails without them.
+//! root, `/dev/fuse`, Debian's `systemd` package (`systemd-escape`,
+//! `systemd-analyze`), `setpriv`, `unshare` and `fsverity`; fails without
+//! them.
 
 use std::collections::HashMap;
 use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
@@ -204,11 +213,112 @@ impl Drop for Guard {
     }
 }
 
+/// `unshare --net setpriv --bounding-set=... --no-new-privs --`: the
+/// unit's `PrivateNetwork=`, `CapabilityBoundingSet=` and
+/// `NoNewPrivileges=`, for the command appended to it.
+fn sandboxed(service: &[(String, String)]) -> Command {
+    assert_eq!(setting(service, "PrivateNetwork"), "yes");
+    assert_eq!(setting(service, "PrivateMounts"), "no");
+    assert_eq!(setting(service, "NoNewPrivileges"), "yes");
+    let caps: Vec<String> = setting(service, "CapabilityBoundingSet")
+        .split_whitespace()
+        .map(|cap| format!("+{}", cap.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--net", "--", "setpriv"])
+        .arg(format!("--bounding-set=-all,{}", caps.join(",")))
+        .args(["--no-new-privs", "--"]);
+    cmd
+}
+
+/// What users do on the mount, each needing one of the capabilities the
+/// unit keeps: read, create, `fsverity enable` and read back, chown to
+/// another user, a FIFO.
+fn exercise(backing: &Path, mnt: &Path) {
+    assert_eq!(fs::read(mnt.join("hello")).unwrap(), b"hello, world\n");
+    let data = vec![42u8; 100_000];
+    fs::write(mnt.join("f"), &data).unwrap();
+    let out = Command::new("fsverity")
+        .arg("enable")
+        .arg(mnt.join("f"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(fs::read(mnt.join("f")).unwrap(), data);
+    std::os::unix::fs::chown(mnt.join("f"), Some(65534), Some(65534)).unwrap();
+    assert_eq!(fs::metadata(backing.join("f")).unwrap().uid(), 65534);
+    let fifo = Command::new("mkfifo")
+        .arg(mnt.join("fifo"))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
+    assert!(fs::metadata(backing.join("fifo"))
+        .unwrap()
+        .file_type()
+        .is_fifo());
+}
+
+/// The unit as installed for instance `srv-verity`, with `ExecStart=`
+/// pointing at the binary under test (`systemd-analyze verify` checks that
+/// it exists), in `dir`.
+fn installed_instance(dir: &Path) -> PathBuf {
+    let unit = fs::read_to_string(unit_path()).unwrap();
+    let path = dir.join("verityfs@srv-verity.service");
+    fs::write(&path, unit.replace(INSTALLED, VERITYFS)).unwrap();
+    path
+}
+
+/// Runs `systemd-analyze ARGS` (which must be installed).
+fn systemd_analyze(args: &[&str], unit: &Path) -> std::process::Output {
+    Command::new("systemd-analyze")
+        .args(args)
+        .arg(unit)
+        .current_dir(unit.parent().unwrap())
+        .output()
+        .unwrap_or_else(|e| panic!("systemd-analyze (package systemd) is needed: {e}"))
+}
+
+#[test]
+fn systemd_analyze_accepts_the_unit_and_rates_it_below_5() {
+    let dir = tempfile::tempdir().unwrap();
+    let unit = installed_instance(dir.path());
+    let out = systemd_analyze(&["verify", "--man=no"], &unit);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && said.is_empty(), "{said}");
+
+    let out = systemd_analyze(&["security", "--offline=true", "--no-pager"], &unit);
+    let report = String::from_utf8_lossy(&out.stdout);
+    let level = report
+        .lines()
+        .find_map(|l| {
+            l.split("Overall exposure level for verityfs@srv-verity.service: ")
+                .nth(1)
+        })
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no exposure level in:\n{report}"));
+    assert!(level < 5.0, "exposure {level}:\n{report}");
+}
+
 #[test]
 fn unit_parses_as_expected() {
     let unit = fs::read_to_string(unit_path()).unwrap();
     let service = section(&unit, "Service");
-    assert_eq!(setting(&service, "Type"), "simple");
+    assert_eq!(setting(&service, "Type"), "notify");
+    assert_eq!(setting(&service, "NotifyAccess"), "main");
+    // A missing configuration file fails the start instead of skipping it.
+    let unit_section = section(&unit, "Unit");
+    assert_eq!(
+        setting(&unit_section, "AssertPathExists"),
+        setting(&service, "EnvironmentFile")
+    );
+    assert!(unit_section
+        .iter()
+        .all(|(k, _)| !k.starts_with("Condition")));
     assert!(service.iter().all(|(k, _)| k != "ExecStop"));
     let exec = setting(&service, "ExecStart");
     assert!(exec.starts_with(&format!("{INSTALLED} mount ")), "{exec}");
@@ -276,10 +386,16 @@ fn exec_start_mounts_and_sigterm_unmounts() {
     );
     argv[0] = VERITYFS.to_owned();
 
-    // As systemd starts a Type=simple service: stdin from /dev/null.
+    // As systemd starts the service: stdin from /dev/null, the unit's
+    // sandbox as far as it can be had without systemd, and a socket for
+    // the readiness notification.
+    let notify_path = base.join("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(TIMEOUT)).unwrap();
     let log = base.join("journal");
-    let child = Command::new(&argv[0])
-        .args(&argv[1..])
+    let child = sandboxed(&service)
+        .args(&argv)
+        .env("NOTIFY_SOCKET", &notify_path)
         .stdin(Stdio::null())
         .stdout(fs::File::create(&log).unwrap())
         .stderr(fs::File::create(&log).unwrap())
@@ -289,20 +405,19 @@ fn exec_start_mounts_and_sigterm_unmounts() {
         child,
         mnt: mnt.clone(),
     };
-    let deadline = Instant::now() + TIMEOUT;
-    while !is_mounted(&mnt) {
-        if let Some(status) = guard.child.try_wait().unwrap() {
-            panic!(
-                "{argv:?} exited ({status}): {}",
-                fs::read_to_string(&log).unwrap()
-            );
-        }
-        assert!(Instant::now() < deadline, "{argv:?} did not mount");
-        thread::sleep(Duration::from_millis(10));
-    }
+    let mut buf = [0u8; 256];
+    let n = notify.recv(&mut buf).unwrap_or_else(|e| {
+        panic!(
+            "no readiness notification ({e}); the daemon said: {}",
+            fs::read_to_string(&log).unwrap()
+        )
+    });
+    // Ready means mounted: units ordered after the service may use it.
+    assert!(is_mounted(&mnt), "READY=1 before the mount");
+    assert_eq!(&buf[..n], b"READY=1");
     let fstype = fstype(&mnt).unwrap();
     assert!(fstype == "fuse" || fstype == "fuse.verityfs", "{fstype}");
-    assert_eq!(fs::read(mnt.join("hello")).unwrap(), b"hello, world\n");
+    exercise(&backing, &mnt);
 
     // systemctl stop: SIGTERM to the main process.
     let pid = rustix::process::Pid::from_child(&guard.child);
@@ -317,4 +432,28 @@ fn exec_start_mounts_and_sigterm_unmounts() {
     assert!(!is_mounted(&mnt), "still mounted after SIGTERM");
     // Nothing logged on the happy path.
     assert_eq!(fs::read_to_string(&log).unwrap(), "");
+}
+
+#[test]
+fn a_configuration_without_backing_fails_loudly() {
+    let unit = fs::read_to_string(unit_path()).unwrap();
+    let service = section(&unit, "Service");
+    let env = environment_file("OPTIONS=-o ro\n");
+    let exec = specifiers(setting(&service, "ExecStart"), "srv-verity");
+    let mut argv = exec_argv(&exec, &env);
+    assert_eq!(argv[2], "", "${{BACKING}} expands to an empty word");
+    argv[0] = VERITYFS.to_owned();
+    let existed = Path::new("/srv/verity").exists();
+    let out = Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("ERROR: the backing directory is an empty string (is BACKING set?)\n"),
+        "{stderr}"
+    );
+    assert_eq!(
+        Path::new("/srv/verity").exists(),
+        existed,
+        "nothing created"
+    );
 }

@@ -138,10 +138,19 @@ fn verify_reports_every_bad_block_and_every_broken_file() {
     assert_eq!(status, 1);
 
     // Good files only (a symlink named on the command line is followed).
-    let (status, stdout, stderr) = run_text(&dir, &["verify", "sub", "f_link", "c_plain"]);
+    let (status, stdout, stderr) = run_text(&dir, &["verify", "sub", "f_link"]);
     let want = "sub/e_good: OK (1 blocks)\nf_link: OK (3 blocks)\n\
-                verified 2 files, 0 corrupted, 1 not verity\n";
+                verified 2 files, 0 corrupted, 0 not verity\n";
     assert_eq!((status, stdout.as_str(), stderr.as_str()), (0, want, ""));
+
+    // An ordinary file named on the command line was not verified: an
+    // error, not an all-clear.
+    let (status, stdout, stderr) = run_text(&dir, &["verify", "sub", "c_plain"]);
+    let want = "sub/e_good: OK (1 blocks)\nverified 1 files, 0 corrupted, 1 not verity\n";
+    assert_eq!(
+        (status, stdout.as_str(), stderr.as_str()),
+        (1, want, "ERROR: 'c_plain' is not a verity file\n")
+    );
 
     // Metadata cut off.
     let file = OpenOptions::new()
@@ -162,7 +171,8 @@ fn verify_reports_every_bad_block_and_every_broken_file() {
 #[test]
 fn verify_usage_errors() {
     let tmp = tempfile::tempdir().unwrap();
-    let usage = "Usage:\n    verityfs verify PATH...\n";
+    let usage = "Usage:\n    verityfs verify [PATH...] [--json] [--check=LIST] [--digest=DIGEST]\n               \
+                 [--tree=TREE_FILE] [--descriptor=DESCRIPTOR_FILE]\n";
     assert_eq!(
         run_text(tmp.path(), &["verify"]),
         (2, String::new(), usage.into())

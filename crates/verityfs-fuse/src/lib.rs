@@ -33,4 +33,4 @@ mod xattr_ops;
 pub use fs::{MountOptions, VerityFs};
 pub use mount::{accepts_mount_option, run, BackgroundMount};
 pub use policy::SignaturePolicy;
-pub use xattr_ops::STATS_XATTR;
+pub use xattr_ops::{BACKING_XATTR, STATS_XATTR};

@@ -2,7 +2,7 @@
 //! ones, which are invisible and untouchable through the mount.
 
 use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use fuser::{Errno, FileType};
 use rustix::fs::XattrFlags;
@@ -15,6 +15,14 @@ use crate::inodes::{errno, Inode};
 /// A virtual extended attribute of the mount's root directory whose value
 /// is the read path's counters as JSON (what `verityfs stats` prints).
 pub const STATS_XATTR: &str = "user.verityfs.stats";
+
+/// A virtual extended attribute of every regular file and directory whose
+/// value is the path of its backing object as the daemon sees it, so that
+/// tools given a path through the mount (`verityfs verify`,
+/// `dump_metadata`) can examine the stored file itself. It reveals no more
+/// than the mount's source in `/proc/self/mountinfo` does, and only to
+/// those the kernel lets read the file's attributes.
+pub const BACKING_XATTR: &str = "user.verityfs.backing";
 
 fn is_private(name: &OsStr) -> bool {
     name.as_bytes().starts_with(XATTR_PREFIX.as_bytes())
@@ -41,6 +49,10 @@ impl VerityFs {
         check_kind(inode)?;
         if inode.ino == fuser::INodeNo::ROOT && name == STATS_XATTR {
             return Ok(self.stats_json().into_bytes());
+        }
+        if name == BACKING_XATTR {
+            let path = std::fs::read_link(inode.proc_path()).map_err(Errno::from)?;
+            return Ok(path.into_os_string().into_vec());
         }
         if is_private(name) {
             return Err(Errno::from_i32(libc::ENODATA));

@@ -28,7 +28,7 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
-use verityfs::{ReadOptions, VerifiedReader, Verifier, VerityFile};
+use verityfs::{ExpectedDigest, ReadOptions, VerifiedReader, Verifier, VerityFile};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -80,17 +80,16 @@ fn run(
     .map_err(|e| format!("'{data}' with '{tree}' and '{descriptor}': {e}"))?;
 
     // The descriptor's hash is the file digest: the one value to trust.
-    let alg = file.descriptor().params().hash_algorithm();
-    let digest = format!("{alg}:{}", file.digest());
     if let Some(expected) = expected {
-        let expected = expected.trim().to_ascii_lowercase();
-        let matches = match expected.split_once(':') {
-            Some(_) => expected == digest,
-            None => expected == file.digest().to_hex(),
-        };
-        if !matches {
+        let parsed: ExpectedDigest = expected
+            .trim()
+            .parse()
+            .map_err(|e| format!("'{expected}': {e}"))?;
+        if !file.matches(&parsed) {
+            let alg = file.descriptor().params().hash_algorithm();
             return Err(format!(
-                "'{data}': digest mismatch: expected {expected}, the descriptor gives {digest}"
+                "'{data}': digest mismatch: expected {expected}, the descriptor gives {alg}:{}",
+                file.digest()
             ));
         }
     }

@@ -19,11 +19,13 @@
 //! |---|---|
 //! | compute a file's fs-verity digest, tree and descriptor (`fsverity digest`) | [`build_merkle_tree`] with [`MerkleTreeParams`], giving a [`Descriptor`] |
 //! | parse a descriptor file, get the digest to trust or sign | [`Descriptor::parse`], [`Descriptor::file_digest`], [`formatted_digest`] |
+//! | compare a file with a trusted digest (`sha256:HEX` or `HEX`) | [`ExpectedDigest`], [`VerityFile::matches`] |
 //! | turn a file into a verity file in place (`fsverity enable`) | [`enable_verity`] |
 //! | read a verity file with every byte checked | [`VerityFile::open`], [`VerityFile::read_at`] |
 //! | check data shipped with a separate tree and descriptor (downloads) | [`VerityFile::open_detached`] |
 //! | consume verified data as a stream (`io::copy`, parsers) | [`VerifiedReader`] (`Read + Seek`) |
 //! | scrub a verity file for every bad block | [`check::check_file`] |
+//! | recognise and repair a backing file copied without its extended attributes | [`stripped::find_stripped`], [`stripped::reattach`] |
 //!
 //! Errors are [`Error`]s; [`Error::errno`] gives the errno the kernel
 //! would return, and a failed verification is [`Error::Corrupted`] with a
@@ -52,6 +54,7 @@ pub mod check;
 pub mod descriptor;
 pub mod enable;
 pub mod error;
+pub mod expected;
 pub mod geometry;
 pub mod hash_algs;
 pub mod layout;
@@ -64,12 +67,14 @@ pub mod sha256_mb;
 pub mod signature;
 pub mod state;
 pub mod stats;
+pub mod stripped;
 mod verify;
 
 pub use build::{build_merkle_tree, DiscardTree, TreeBuilder, TreeSink};
 pub use descriptor::{formatted_digest, Descriptor};
 pub use enable::{enable_verity, enable_verity_checked, EnableRequest};
 pub use error::{Corruption, Error, Result, SignatureError};
+pub use expected::ExpectedDigest;
 pub use geometry::TreeGeometry;
 pub use hash_algs::{Digest, HashAlgorithm, SaltedHasher};
 pub use open::{ReadOptions, Verifier, VerityFile};
@@ -77,3 +82,9 @@ pub use params::{MerkleTreeParams, Salt};
 pub use read_metadata::MetadataType;
 pub use reader::VerifiedReader;
 pub use state::FileState;
+
+/// The README's Rust example, compiled and run as a doctest so that it
+/// keeps matching the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;

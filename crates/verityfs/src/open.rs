@@ -12,6 +12,7 @@ use rustix::fs::{fadvise, Advice};
 use crate::cache::{TreeCache, DEFAULT_CACHE_BYTES};
 use crate::descriptor::Descriptor;
 use crate::error::{Error, Result};
+use crate::expected::ExpectedDigest;
 use crate::geometry::TreeGeometry;
 use crate::hash_algs::{Digest, SaltedHasher};
 use crate::layout::Location;
@@ -180,6 +181,12 @@ impl VerityFile {
     /// computed once at open.
     pub fn digest(&self) -> &Digest {
         &self.digest
+    }
+
+    /// True if the file's digest is `expected` (its algorithm too, when
+    /// `expected` names one): the check that makes the data trusted.
+    pub fn matches(&self, expected: &ExpectedDigest) -> bool {
+        expected.matches(self.descriptor.params().hash_algorithm(), &self.digest)
     }
 
     /// The descriptor (with `sig_size` as stored).

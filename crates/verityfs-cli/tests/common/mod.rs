@@ -758,6 +758,8 @@ pub struct Mount {
     pub scratch: PathBuf,
     /// The daemon's stdout and stderr.
     pub log: PathBuf,
+    /// Environment variables the daemon is started with (by [`Mount::start`]).
+    pub env: Vec<(String, String)>,
     daemon: Option<Child>,
 }
 
@@ -792,6 +794,7 @@ impl Mount {
             mnt: base.join("mnt"),
             scratch: base.join("scratch"),
             log: base.join("daemon.log"),
+            env: Vec::new(),
             _root: root,
             daemon: None,
         };
@@ -834,6 +837,7 @@ impl Mount {
             .arg(&self.backing)
             .arg(&self.mnt)
             .args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
