@@ -729,6 +729,8 @@ pub struct Mount {
     pub scratch: PathBuf,
     /// The daemon's stdout and stderr.
     pub log: PathBuf,
+    /// The `verityfs` program run as the daemon.
+    program: PathBuf,
     daemon: Option<Child>,
 }
 
@@ -740,6 +742,16 @@ impl Mount {
 
     /// A mount with extra `verityfs mount` arguments (`-o allow_other`...).
     pub fn with_args(args: &[&str]) -> Mount {
+        Mount::build(None, Path::new(VERITYFS), args)
+    }
+
+    /// A mount of the existing directory `backing` by the `verityfs`
+    /// program at `program` (a copy of the one under test).
+    pub fn over(backing: &Path, program: &Path, args: &[&str]) -> Mount {
+        Mount::build(Some(backing), program, args)
+    }
+
+    fn build(backing: Option<&Path>, program: &Path, args: &[&str]) -> Mount {
         prerequisites();
         let root = tempfile::Builder::new()
             .prefix("verityfs-mount-test")
@@ -749,16 +761,21 @@ impl Mount {
         fs::set_permissions(root.path(), Permissions::from_mode(0o755)).unwrap();
         let base = root.path().canonicalize().unwrap();
         let mut mount = Mount {
-            backing: base.join("backing"),
+            backing: backing.map_or_else(|| base.join("backing"), Path::to_path_buf),
             mnt: base.join("mnt"),
             scratch: base.join("scratch"),
             log: base.join("daemon.log"),
+            program: program.to_path_buf(),
             _root: root,
             daemon: None,
         };
-        for dir in [&mount.backing, &mount.mnt, &mount.scratch] {
+        for dir in [&mount.mnt, &mount.scratch] {
             fs::create_dir(dir).unwrap();
             fs::set_permissions(dir, Permissions::from_mode(0o755)).unwrap();
+        }
+        if backing.is_none() {
+            fs::create_dir(&mount.backing).unwrap();
+            fs::set_permissions(&mount.backing, Permissions::from_mode(0o755)).unwrap();
         }
         mount.start(args);
         mount
@@ -789,7 +806,7 @@ impl Mount {
     pub fn start(&mut self, args: &[&str]) {
         assert!(self.daemon.is_none(), "already mounted");
         let log = File::create(&self.log).unwrap();
-        let child = Command::new(VERITYFS)
+        let child = Command::new(&self.program)
             .arg("mount")
             .arg(&self.backing)
             .arg(&self.mnt)
