@@ -101,7 +101,9 @@ impl Campaign {
         };
         fs::create_dir_all(&campaign.io).unwrap();
         fs::copy(std::env::current_exe().unwrap(), &campaign.guest).unwrap();
-        fs::copy(VERITYFS, &campaign.verityfs).unwrap();
+        let program = std::env::var_os("VERITYFS_POWER_CUT_BIN").unwrap_or(VERITYFS.into());
+        fs::copy(&program, &campaign.verityfs)
+            .unwrap_or_else(|e| panic!("copying {program:?}: {e}"));
         run_ok(
             Command::new("truncate")
                 .args(["-s", "1G"])

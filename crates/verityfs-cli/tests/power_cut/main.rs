@@ -13,7 +13,9 @@
 //! enable is verity; and that nothing acknowledged by fsync is lost.
 //!
 //! `VERITYFS_POWER_CUTS` sets the number of cuts (default 3),
-//! `VERITYFS_POWER_CUT_SEED` the seed of the plans and cut times.
+//! `VERITYFS_POWER_CUT_SEED` the seed of the plans and cut times,
+//! `VERITYFS_POWER_CUT_BIN` the `verityfs` program to test (default: the
+//! one cargo built).
 //!
 //! The same binary runs inside the VM (the role is set by
 //! `VERITYFS_POWER_CUT_ROLE`), hence no test harness.
