@@ -15,6 +15,9 @@ use crate::plan::{Acks, Plan, VerityFile, ACKS, CHECK_ACKS, CHECK_PLAN, PLAN, RE
 const DEFAULT_CUTS: usize = 3;
 /// Guess of a workload's duration (seconds) until one is measured.
 const FIRST_ESTIMATE: f64 = 30.0;
+/// Cuts come within this many seconds (plus [`IDLE_TAIL`]) of the start,
+/// even when a big file takes longer (emulation on a loaded machine).
+const MAX_ESTIMATE: f64 = 40.0;
 /// How long after the workload cuts may come: past ext4's 5-second commit
 /// interval, so that metadata an fsync forgot is lost.
 const IDLE_TAIL: f64 = 7.0;
@@ -41,6 +44,11 @@ pub fn run() {
             let report = fs::read_to_string(campaign.io.join(REPORT)).unwrap_or_else(|e| {
                 panic!("no report of the checks: {e}; guest: {}", describe(&out))
             });
+            println!(
+                "  after cut {}: {}",
+                cut - 1,
+                report.trim_end().replace('\n', ", ")
+            );
             tally_report(&mut tally, plan, &Acks::decode(acks), &report);
             let failures: Vec<&str> = report.lines().filter(|l| l.starts_with("FAIL")).collect();
             assert!(
@@ -54,7 +62,7 @@ pub fn run() {
         checked = plan.map(|plan| {
             let acks = fs::read_to_string(campaign.io.join(ACKS)).unwrap_or_default();
             let a = Acks::decode(&acks);
-            estimate = estimate.max(a.done_secs.unwrap_or(a.last_secs));
+            estimate = estimate.max(a.done_secs.unwrap_or(a.last_secs)).min(MAX_ESTIMATE);
             println!(
                 "cut {cut}: power cut {delay:.2}s into the workload ({} writes, {} enables acknowledged)",
                 a.synced.len(),

@@ -97,7 +97,7 @@ impl Plan {
         Plan {
             files,
             log,
-            max_pause_ms: rng.pick(&[0, 500, 2000, 4000]),
+            max_pause_ms: rng.pick(&[0, 500, 2000, 3000]),
         }
     }
 
