@@ -208,22 +208,32 @@ fn workload(plan: &Plan, io: &Path, files: &Path, program: &Path) -> ! {
         ),
         start: Instant::now(),
     });
-    // The host starts its countdown to the cut.
-    fs::write(io.join("cut"), "").unwrap();
+    // The host starts its countdown to the cut when this step comes.
+    let mut step = 0;
+    let mut next_step = || {
+        if step == plan.cut_step {
+            fs::write(io.join("cut"), "").unwrap();
+        }
+        step += 1;
+    };
     let mut rng = Rng(plan.files[0].seed ^ 0x9a05e);
     if let Some((name, seed)) = plan.log.clone() {
         let (path, acker, pause) = (mount.path(&name), acker.clone(), plan.max_pause_ms / 4);
         thread::spawn(move || append_log(&path, &name, seed, pause, &acker));
     }
     for file in &plan.files {
+        let data = file.data();
         pause(&mut rng, plan.max_pause_ms);
-        write_synced(&mount.path(&file.name), &file.data());
+        next_step();
+        write_synced(&mount.path(&file.name), &data);
         acker.ack(&format!("synced {}", file.name));
         pause(&mut rng, plan.max_pause_ms);
+        next_step();
         enable(&mount.path(&file.name), &file.params());
         acker.ack(&format!("enabled {}", file.name));
     }
     acker.ack("done");
+    next_step();
     loop {
         thread::park();
     }

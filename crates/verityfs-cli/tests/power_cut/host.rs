@@ -13,14 +13,10 @@ use crate::plan::{Acks, Plan, VerityFile, ACKS, CHECK_ACKS, CHECK_PLAN, PLAN, RE
 
 /// The cut count when `VERITYFS_POWER_CUTS` is not set: a few minutes.
 const DEFAULT_CUTS: usize = 3;
-/// Guess of a workload's duration (seconds) until one is measured.
-const FIRST_ESTIMATE: f64 = 30.0;
-/// Cuts come within this many seconds (plus [`IDLE_TAIL`]) of the start,
-/// even when a big file takes longer (emulation on a loaded machine).
-const MAX_ESTIMATE: f64 = 40.0;
-/// How long after the workload cuts may come: past ext4's 5-second commit
-/// interval, so that metadata an fsync forgot is lost.
-const IDLE_TAIL: f64 = 7.0;
+/// The power goes at most this many seconds after the step the plan
+/// picked: past ext4's 5-second commit interval, so that metadata an fsync
+/// forgot is lost, and into the next step or two.
+const CUT_WINDOW_MS: u64 = 12_000;
 
 pub fn run() {
     let cuts = env_number("VERITYFS_POWER_CUTS").unwrap_or(DEFAULT_CUTS as u64) as usize;
@@ -34,11 +30,10 @@ pub fn run() {
     let campaign = Campaign::new();
     let mut rng = Rng(seed);
     let mut tally = BTreeMap::<(&str, String), usize>::new();
-    let mut estimate = FIRST_ESTIMATE;
     let mut checked: Option<(Plan, String)> = None;
     for cut in 0..=cuts {
         let plan = (cut < cuts).then(|| Plan::random(&mut rng, cut, |f| campaign.digest(f)));
-        let delay = rng.below(((estimate + IDLE_TAIL) * 1000.0) as u64) as f64 / 1000.0;
+        let delay = rng.below(CUT_WINDOW_MS) as f64 / 1000.0;
         let out = campaign.boot(plan.as_ref(), checked.as_ref(), delay);
         if let Some((plan, acks)) = &checked {
             let report = fs::read_to_string(campaign.io.join(REPORT)).unwrap_or_else(|e| {
@@ -62,9 +57,9 @@ pub fn run() {
         checked = plan.map(|plan| {
             let acks = fs::read_to_string(campaign.io.join(ACKS)).unwrap_or_default();
             let a = Acks::decode(&acks);
-            estimate = estimate.max(a.done_secs.unwrap_or(a.last_secs)).min(MAX_ESTIMATE);
             println!(
-                "cut {cut}: power cut {delay:.2}s into the workload ({} writes, {} enables acknowledged)",
+                "cut {cut}: power cut {delay:.2}s after step {} ({} writes, {} enables acknowledged)",
+                plan.cut_step,
                 a.synced.len(),
                 a.enabled.len()
             );
@@ -137,7 +132,7 @@ impl Campaign {
     }
 
     /// One boot: checks `checked` (a plan and what was acknowledged of it),
-    /// then runs `plan`, killed `delay` seconds into it.
+    /// then runs `plan`, killed `delay` seconds after its cut step.
     fn boot(&self, plan: Option<&Plan>, checked: Option<&(Plan, String)>, delay: f64) -> Output {
         for name in [PLAN, CHECK_PLAN, CHECK_ACKS, ACKS, REPORT] {
             let _ = fs::remove_file(self.io.join(name));
