@@ -731,6 +731,8 @@ pub struct Mount {
     pub log: PathBuf,
     /// The `verityfs` program run as the daemon.
     program: PathBuf,
+    /// How long the mount may take to appear.
+    mount_timeout: Duration,
     daemon: Option<Child>,
 }
 
@@ -742,16 +744,22 @@ impl Mount {
 
     /// A mount with extra `verityfs mount` arguments (`-o allow_other`...).
     pub fn with_args(args: &[&str]) -> Mount {
-        Mount::build(None, Path::new(VERITYFS), args)
+        Mount::build(None, Path::new(VERITYFS), MOUNT_TIMEOUT, args)
     }
 
     /// A mount of the existing directory `backing` by the `verityfs`
-    /// program at `program` (a copy of the one under test).
-    pub fn over(backing: &Path, program: &Path, args: &[&str]) -> Mount {
-        Mount::build(Some(backing), program, args)
+    /// program at `program` (a copy of the one under test), which may take
+    /// `mount_timeout` to appear (longer under emulation).
+    pub fn over(backing: &Path, program: &Path, mount_timeout: Duration, args: &[&str]) -> Mount {
+        Mount::build(Some(backing), program, mount_timeout, args)
     }
 
-    fn build(backing: Option<&Path>, program: &Path, args: &[&str]) -> Mount {
+    fn build(
+        backing: Option<&Path>,
+        program: &Path,
+        mount_timeout: Duration,
+        args: &[&str],
+    ) -> Mount {
         prerequisites();
         let root = tempfile::Builder::new()
             .prefix("verityfs-mount-test")
@@ -766,6 +774,7 @@ impl Mount {
             scratch: base.join("scratch"),
             log: base.join("daemon.log"),
             program: program.to_path_buf(),
+            mount_timeout,
             _root: root,
             daemon: None,
         };
@@ -817,7 +826,7 @@ impl Mount {
             .spawn()
             .expect("starting verityfs mount");
         let daemon = self.daemon.insert(child);
-        let deadline = Instant::now() + MOUNT_TIMEOUT;
+        let deadline = Instant::now() + self.mount_timeout;
         while !is_mounted(&self.mnt) {
             if let Some(status) = daemon.try_wait().unwrap() {
                 self.daemon = None;
@@ -828,7 +837,8 @@ impl Mount {
             }
             if Instant::now() >= deadline {
                 panic!(
-                    "verityfs mount {args:?} did not mount within {MOUNT_TIMEOUT:?}:\n{}",
+                    "verityfs mount {args:?} did not mount within {:?}:\n{}",
+                    self.mount_timeout,
                     self.log()
                 );
             }

@@ -18,6 +18,9 @@ use crate::plan::{log_stream, Acks, Plan, VerityFile, ACKS, CHECK_ACKS, CHECK_PL
 const DISK: &str = "/dev/vdb";
 /// Where it is mounted.
 const EXT4: &str = "/tmp/power-cut/ext4";
+/// How long the daemon may take to mount: its binary is read over 9p by an
+/// emulated CPU, on a machine that may be busy.
+const MOUNT_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The guest's whole run: `io` is the directory shared with the host,
 /// `program` the `verityfs` binary.
@@ -55,7 +58,7 @@ pub fn run(io: &Path, program: &Path) {
 /// One report line per file: `verity NAME`, `intact NAME`, `partial NAME
 /// LEN`, `absent NAME`, `log NAME LEN`, or `FAIL NAME WHY`.
 fn check(plan: &Plan, acks: &Acks, files: &Path, program: &Path) -> String {
-    let mut mount = Mount::over(files, program, &[]);
+    let mut mount = Mount::over(files, program, MOUNT_TIMEOUT, &[]);
     let mut report = String::new();
     for file in &plan.files {
         report += &check_file(&mount, file, acks).unwrap_or_else(|why| fail(&file.name, &why));
@@ -196,7 +199,7 @@ impl Acker {
 /// appended meanwhile), acknowledging each step once it returned, then
 /// waits for the cut.
 fn workload(plan: &Plan, io: &Path, files: &Path, program: &Path) -> ! {
-    let mount = Mount::over(files, program, &[]);
+    let mount = Mount::over(files, program, MOUNT_TIMEOUT, &[]);
     let acker = Arc::new(Acker {
         file: Mutex::new(
             OpenOptions::new()
