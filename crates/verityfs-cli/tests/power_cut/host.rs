@@ -13,6 +13,9 @@ use crate::plan::{Acks, Plan, VerityFile, ACKS, CHECK_ACKS, CHECK_PLAN, PLAN, RE
 
 /// The cut count when `VERITYFS_POWER_CUTS` is not set: a few minutes.
 const DEFAULT_CUTS: usize = 3;
+/// Boots tried before a VM that crashes at boot fails the test.
+const MAX_BOOT_ATTEMPTS: usize = 3;
+
 /// The power goes at most this many seconds after the step the plan
 /// picked: past ext4's 5-second commit interval, so that metadata an fsync
 /// forgot is lost, and into the next step or two.
@@ -167,9 +170,7 @@ impl Campaign {
             cmd.args(["--kill-after", &format!("{delay:.3}")]);
         }
         cmd.arg("--").arg(&self.guest);
-        let out = cmd
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+        let out = self.run_vm(&mut cmd);
         let expected = if plan.is_some() { 137 } else { 0 };
         assert_eq!(
             out.status.code(),
@@ -179,6 +180,30 @@ impl Campaign {
             describe(&out)
         );
         out
+    }
+
+    /// Runs the VM, again if its kernel crashed before the guest's program
+    /// started (the disk untouched): emulation on a loaded machine
+    /// sometimes panics at boot. Fails on the third such crash.
+    fn run_vm(&self, cmd: &mut Command) -> Output {
+        for attempt in 1.. {
+            let out = cmd
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+            let crashed_at_boot =
+                out.status.code() == Some(125) && !self.io.join("booted").exists();
+            if !crashed_at_boot || attempt == MAX_BOOT_ATTEMPTS {
+                return out;
+            }
+            let console = fs::read_to_string(self.io.join("console.log")).unwrap_or_default();
+            let last = console
+                .lines()
+                .rev()
+                .find(|l| l.contains("panic"))
+                .unwrap_or("");
+            println!("  the VM crashed before the guest started ({last}); booting again");
+        }
+        unreachable!()
     }
 
     fn remove(&self) {
