@@ -62,7 +62,8 @@ pub struct Plan {
     /// A file appended to and fsynced meanwhile, and its stream's seed.
     pub log: Option<(String, u64)>,
     /// The longest pause between two steps (idle time after an
-    /// acknowledgement is when unsynced metadata would be lost).
+    /// acknowledgement is when unsynced metadata would be lost: up to
+    /// ext4's commit interval and past it).
     pub max_pause_ms: u64,
     /// The step after which the host's countdown to the cut starts: `2i`
     /// before writing file `i`, `2i + 1` before enabling it, `2n` once all
@@ -97,12 +98,12 @@ impl Plan {
                 file
             })
             .collect();
-        let log = rng.percent(50).then(|| (format!("c{cut}-log"), rng.next()));
+        let log = rng.percent(40).then(|| (format!("c{cut}-log"), rng.next()));
         Plan {
             cut_step: rng.below(2 * files.len() as u64 + 1) as usize,
             files,
             log,
-            max_pause_ms: rng.pick(&[0, 500, 2000, 3000]),
+            max_pause_ms: rng.pick(&[0, 500, 2000, 6000]),
         }
     }
 
