@@ -39,23 +39,7 @@ pub fn run() {
         let delay = rng.below(CUT_WINDOW_MS) as f64 / 1000.0;
         let out = campaign.boot(plan.as_ref(), checked.as_ref(), delay);
         if let Some((plan, acks)) = &checked {
-            let report = fs::read_to_string(campaign.io.join(REPORT)).unwrap_or_else(|e| {
-                panic!("no report of the checks: {e}; guest: {}", describe(&out))
-            });
-            println!(
-                "  after cut {}: {}",
-                cut - 1,
-                report.trim_end().replace('\n', ", ")
-            );
-            tally_report(&mut tally, plan, &Acks::decode(acks), &report);
-            let failures: Vec<&str> = report.lines().filter(|l| l.starts_with("FAIL")).collect();
-            assert!(
-                failures.is_empty(),
-                "after cut {}: {failures:#?}\nacknowledged: {acks}\nplan: {plan:#?}\n\
-                 (disk image and shared directory kept in {:?})",
-                cut - 1,
-                campaign.dir
-            );
+            judge(&campaign, cut - 1, plan, acks, &out, &mut tally);
         }
         checked = plan.map(|plan| {
             let acks = fs::read_to_string(campaign.io.join(ACKS)).unwrap_or_default();
@@ -71,6 +55,32 @@ pub fn run() {
     }
     print_tally(cuts, &tally);
     campaign.remove();
+}
+
+/// Reads the guest's report on cut `cut`, counts its outcomes, and fails
+/// on any failure it lists.
+fn judge(
+    campaign: &Campaign,
+    cut: usize,
+    plan: &Plan,
+    acks: &str,
+    out: &Output,
+    tally: &mut BTreeMap<(&'static str, String), usize>,
+) {
+    let report = fs::read_to_string(campaign.io.join(REPORT))
+        .unwrap_or_else(|e| panic!("no report of the checks: {e}; guest: {}", describe(out)));
+    println!(
+        "  after cut {cut}: {}",
+        report.trim_end().replace('\n', ", ")
+    );
+    tally_report(tally, plan, &Acks::decode(acks), &report);
+    let failures: Vec<&str> = report.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert!(
+        failures.is_empty(),
+        "after cut {cut}: {failures:#?}\nacknowledged: {acks}\nplan: {plan:#?}\n\
+         (disk image and shared directory kept in {:?})",
+        campaign.dir
+    );
 }
 
 fn env_number(name: &str) -> Option<u64> {
