@@ -41,6 +41,14 @@ pub fn run() {
         if let Some((plan, acks)) = &checked {
             judge(&campaign, cut - 1, plan, acks, &out, &mut tally);
         }
+        let expected = if plan.is_some() { 137 } else { 0 };
+        assert_eq!(
+            out.status.code(),
+            Some(expected),
+            "the VM run did not end as expected (137: power cut; 0: checks passed; \
+             124: timeout; 125: the VM could not boot or run the guest):\n{}",
+            describe(&out)
+        );
         checked = plan.map(|plan| {
             let acks = fs::read_to_string(campaign.io.join(ACKS)).unwrap_or_default();
             let a = Acks::decode(&acks);
@@ -145,7 +153,8 @@ impl Campaign {
     }
 
     /// One boot: checks `checked` (a plan and what was acknowledged of it),
-    /// then runs `plan`, killed `delay` seconds after its cut step.
+    /// then runs `plan`, killed `delay` seconds after its cut step (which
+    /// the caller checks: 137).
     fn boot(&self, plan: Option<&Plan>, checked: Option<&(Plan, String)>, delay: f64) -> Output {
         for name in [PLAN, CHECK_PLAN, CHECK_ACKS, ACKS, REPORT] {
             let _ = fs::remove_file(self.io.join(name));
@@ -180,16 +189,7 @@ impl Campaign {
             cmd.args(["--kill-after", &format!("{delay:.3}")]);
         }
         cmd.arg("--").arg(&self.guest);
-        let out = self.run_vm(&mut cmd);
-        let expected = if plan.is_some() { 137 } else { 0 };
-        assert_eq!(
-            out.status.code(),
-            Some(expected),
-            "the VM run did not end as expected (137: power cut; 0: checks passed; \
-             124: timeout; 125: the VM could not boot or run the guest):\n{}",
-            describe(&out)
-        );
-        out
+        self.run_vm(&mut cmd)
     }
 
     /// Runs the VM, again if its kernel crashed before the guest's program
