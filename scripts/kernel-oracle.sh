@@ -303,6 +303,9 @@ fi
     echo 'echo $? >/tmp/oracle/io/status'
 } >"$out/run.sh"
 
+# no_timer_check: on a loaded machine the emulated CPU can be too slow for
+# the kernel's boot-time check of the timer interrupt, which then panics
+# ("IO-APIC + timer doesn't work!").
 args=(-accel tcg,thread=multi -cpu max -m 2048 -smp 2
     -kernel "$kernel/vmlinuz" -initrd "$kernel/initrd.cpio"
     -append "console=ttyS0 quiet panic=-1 no_timer_check"

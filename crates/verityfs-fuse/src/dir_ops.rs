@@ -183,6 +183,18 @@ impl VerityFs {
         Ok(())
     }
 
+    /// `fsyncdir`: makes the backing directory's entries durable (a rename
+    /// followed by `fsync` of the directory must survive a power cut).
+    pub(crate) fn sync_dir(&self, inode: &Inode, datasync: bool) -> Result<(), Errno> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let dir = rustix::fs::openat(&inode.fd, ".", flags, Mode::empty()).map_err(errno)?;
+        if datasync {
+            rustix::fs::fdatasync(&dir).map_err(errno)
+        } else {
+            rustix::fs::fsync(&dir).map_err(errno)
+        }
+    }
+
     /// `statfs` of the backing filesystem.
     pub(crate) fn stat_fs(&self) -> Result<rustix::fs::StatVfs, Errno> {
         let root = self.inode(fuser::INodeNo::ROOT)?;

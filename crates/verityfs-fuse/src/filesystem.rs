@@ -442,12 +442,13 @@ impl Filesystem for VerityFs {
     fn fsyncdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
-        _datasync: bool,
+        datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        let result = self.inode(ino).and_then(|i| self.sync_dir(&i, datasync));
+        reply_with!(reply, result, |()| reply.ok());
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -760,6 +760,10 @@ pub struct Mount {
     pub log: PathBuf,
     /// Environment variables the daemon is started with (by [`Mount::start`]).
     pub env: Vec<(String, String)>,
+    /// The `verityfs` program run as the daemon.
+    program: PathBuf,
+    /// How long the mount may take to appear.
+    mount_timeout: Duration,
     daemon: Option<Child>,
 }
 
@@ -771,16 +775,28 @@ impl Mount {
 
     /// A mount with extra `verityfs mount` arguments (`-o allow_other`...).
     pub fn with_args(args: &[&str]) -> Mount {
-        Mount::of(None, args)
+        Mount::build(None, Path::new(VERITYFS), MOUNT_TIMEOUT, args)
     }
 
     /// A mount of the existing directory `backing` (left where it is when
     /// the guard is dropped).
     pub fn of_backing(backing: &Path, args: &[&str]) -> Mount {
-        Mount::of(Some(backing), args)
+        Mount::build(Some(backing), Path::new(VERITYFS), MOUNT_TIMEOUT, args)
     }
 
-    fn of(backing: Option<&Path>, args: &[&str]) -> Mount {
+    /// A mount of the existing directory `backing` by the `verityfs`
+    /// program at `program` (a copy of the one under test), which may take
+    /// `mount_timeout` to appear (longer under emulation).
+    pub fn over(backing: &Path, program: &Path, mount_timeout: Duration, args: &[&str]) -> Mount {
+        Mount::build(Some(backing), program, mount_timeout, args)
+    }
+
+    fn build(
+        backing: Option<&Path>,
+        program: &Path,
+        mount_timeout: Duration,
+        args: &[&str],
+    ) -> Mount {
         prerequisites();
         let root = tempfile::Builder::new()
             .prefix("verityfs-mount-test")
@@ -790,18 +806,23 @@ impl Mount {
         fs::set_permissions(root.path(), Permissions::from_mode(0o755)).unwrap();
         let base = root.path().canonicalize().unwrap();
         let mut mount = Mount {
-            backing: backing.map_or_else(|| base.join("backing"), Path::to_owned),
+            backing: backing.map_or_else(|| base.join("backing"), Path::to_path_buf),
             mnt: base.join("mnt"),
             scratch: base.join("scratch"),
             log: base.join("daemon.log"),
             env: Vec::new(),
+            program: program.to_path_buf(),
+            mount_timeout,
             _root: root,
             daemon: None,
         };
-        let new_dirs = [&mount.backing, &mount.mnt, &mount.scratch];
-        for dir in &new_dirs[usize::from(backing.is_some())..] {
+        for dir in [&mount.mnt, &mount.scratch] {
             fs::create_dir(dir).unwrap();
             fs::set_permissions(dir, Permissions::from_mode(0o755)).unwrap();
+        }
+        if backing.is_none() {
+            fs::create_dir(&mount.backing).unwrap();
+            fs::set_permissions(&mount.backing, Permissions::from_mode(0o755)).unwrap();
         }
         mount.start(args);
         mount
@@ -832,7 +853,7 @@ impl Mount {
     pub fn start(&mut self, args: &[&str]) {
         assert!(self.daemon.is_none(), "already mounted");
         let log = File::create(&self.log).unwrap();
-        let child = Command::new(VERITYFS)
+        let child = Command::new(&self.program)
             .arg("mount")
             .arg(&self.backing)
             .arg(&self.mnt)
@@ -844,7 +865,7 @@ impl Mount {
             .spawn()
             .expect("starting verityfs mount");
         let daemon = self.daemon.insert(child);
-        let deadline = Instant::now() + MOUNT_TIMEOUT;
+        let deadline = Instant::now() + self.mount_timeout;
         while !is_mounted(&self.mnt) {
             if let Some(status) = daemon.try_wait().unwrap() {
                 self.daemon = None;
@@ -855,7 +876,8 @@ impl Mount {
             }
             if Instant::now() >= deadline {
                 panic!(
-                    "verityfs mount {args:?} did not mount within {MOUNT_TIMEOUT:?}:\n{}",
+                    "verityfs mount {args:?} did not mount within {:?}:\n{}",
+                    self.mount_timeout,
                     self.log()
                 );
             }
