@@ -63,7 +63,7 @@ expected=(
 )
 # One manual page for the command and one per subcommand, as
 # `verityfs --help` lists them (compressed, as Debian policy wants).
-for cmd in $("$root/usr/bin/verityfs" --help | sed -n 's/^    verityfs \([a-z_-]*\).*/\1/p'); do
+for cmd in $("$root/usr/bin/verityfs" --help | sed -n 's/^    verityfs \([a-z][a-z_-]*\).*/\1/p'); do
     expected+=("usr/share/man/man1/verityfs-$cmd.1.gz")
 done
 expected+=(usr/share/man/man1/verityfs.1.gz)
