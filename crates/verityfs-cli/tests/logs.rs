@@ -143,7 +143,7 @@ fn errors_carry_the_error_priority_in_the_journal() {
     assert_eq!(status.code(), Some(1));
     let said = fs::read_to_string(&stderr_path).unwrap();
     let want = format!(
-        "<3>ERROR: can't create directory '{}': File exists\n",
+        "<3>ERROR: backing directory '{}': Not a directory\n",
         not_a_dir.display()
     );
     assert_eq!(said, want);

@@ -269,7 +269,10 @@ fn stats_of_a_running_mount() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(stats["data_blocks_verified"], 768, "{stats}");
+    // Every block of the 3 MiB read, once; some twice if the kernel read
+    // them again after the page cache invalidation that follows an enable.
+    let verified = stats["data_blocks_verified"].as_u64().unwrap();
+    assert!((768..=2 * 768).contains(&verified), "{stats}");
     assert_eq!(stats["verification_failures"], 0);
     assert!(stats["tree_blocks_read"].as_u64().unwrap() >= 7, "{stats}");
     // Not a verityfs mount: a clear error.
