@@ -95,6 +95,8 @@ pub struct InodeTable {
     tables: RwLock<Tables>,
     root_key: (u64, u64),
     foreign: Mutex<HashMap<(u64, u64), u64>>,
+    /// Successors of retired inodes given out so far (see `insert`).
+    successors: std::sync::atomic::AtomicU64,
 }
 
 impl InodeTable {
@@ -105,6 +107,7 @@ impl InodeTable {
             tables: RwLock::default(),
             root_key: (st.st_dev, st.st_ino),
             foreign: Mutex::default(),
+            successors: Default::default(),
         };
         table.insert(root, &st);
         Ok(table)
@@ -155,7 +158,14 @@ impl InodeTable {
             entry.lookups += 1;
             return entry.inode.clone();
         }
-        let ino = self.number(key.0, key.1);
+        let mut ino = self.number(key.0, key.1);
+        if tables.by_ino.contains_key(&ino) {
+            // The number belongs to a retired inode the kernel still holds:
+            // its successor needs another, or the kernel would take it for
+            // the same inode, page cache included. Counted down from the
+            // top, where neither backing nor foreign numbers reach.
+            ino = u64::MAX - self.successors.fetch_add(1, Ordering::Relaxed);
+        }
         let inode = Arc::new(Inode {
             ino: INodeNo(ino),
             fd,
