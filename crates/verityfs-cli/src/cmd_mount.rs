@@ -99,11 +99,12 @@ pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
         Ok(()) => EXIT_OK,
         Err(e) => {
             match crate::fuse_device::problem() {
-                Some(device) => error_msg(quote(
-                    "mounting '",
-                    mountpoint.as_os_str(),
-                    &format!("': {}: {device}", crate::output::strerror(&e)),
-                )),
+                // Opening /dev/fuse was what failed.
+                Some(device) => {
+                    let denied = io::Error::from_raw_os_error(libc::EACCES);
+                    let why = format!("': {}: {device}", crate::output::strerror(&denied));
+                    error_msg(quote("mounting '", mountpoint.as_os_str(), &why))
+                }
                 None => error_msg(e.to_string()),
             }
             // A refused mount leaves no trace (it may be inside BACKING).
