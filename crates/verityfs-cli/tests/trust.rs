@@ -45,10 +45,9 @@ fn victim_and_genuine(m: &Mount) -> Vec<u8> {
     data
 }
 
-/// What an attacker with write access to the backing directory does: copy
-/// the genuine verity file over the victim's backing file (the same inode,
-/// extended attributes included), then change a byte of its data.
-fn swap_in_and_tamper(m: &Mount) {
+/// Copies the genuine verity file over the victim's backing file in place
+/// (the same inode), extended attributes included, as `cp` does.
+fn copy_genuine_over_victim(m: &Mount) {
     let victim = m.backing("victim");
     let ino = fs::metadata(&victim).unwrap().ino();
     run_ok(
@@ -58,7 +57,25 @@ fn swap_in_and_tamper(m: &Mount) {
             .arg(&victim),
     );
     assert_eq!(fs::metadata(&victim).unwrap().ino(), ino, "same inode");
-    flip_byte(&victim, TAMPERED);
+}
+
+/// The genuine verity file copied over the victim's backing file, with the
+/// data changed back to `tampered` (the attacker's bytes).
+fn swap_in_keeping(m: &Mount, tampered: &[u8]) {
+    copy_genuine_over_victim(m);
+    let file = OpenOptions::new()
+        .write(true)
+        .open(m.backing("victim"))
+        .unwrap();
+    file.write_all_at(&tampered[..SIZE], 0).unwrap();
+}
+
+/// What an attacker with write access to the backing directory does: copy
+/// the genuine verity file over the victim's backing file (the same inode,
+/// extended attributes included), then change a byte of its data.
+fn swap_in_and_tamper(m: &Mount) {
+    copy_genuine_over_victim(m);
+    flip_byte(&m.backing("victim"), TAMPERED);
 }
 
 /// Drops the kernel's cached pages of `file` and reads it whole through it.
@@ -130,12 +147,7 @@ fn out_of_band_enable_keeps_old_descriptors_working() {
         .write(true)
         .open(m.path("victim"))
         .unwrap();
-    run_ok(
-        Command::new("cp")
-            .arg("--preserve=xattr")
-            .arg(m.backing("genuine"))
-            .arg(m.backing("victim")),
-    );
+    copy_genuine_over_victim(&m);
     assert_eq!(reread(&old).unwrap(), data);
     assert_eq!(read_new(&m.path("victim")).unwrap(), data);
     assert_errno(writer.write_at(b"x", 0), libc::EPERM, "write after enable");
@@ -161,14 +173,7 @@ fn pages_cached_before_do_not_survive() {
     );
     let victim = m.backing("victim");
     let tampered = fs::read(&victim).unwrap();
-    run_ok(
-        Command::new("cp")
-            .arg("--preserve=xattr")
-            .arg(m.backing("genuine"))
-            .arg(&victim),
-    );
-    let file = OpenOptions::new().write(true).open(&victim).unwrap();
-    file.write_all_at(&tampered[..SIZE], 0).unwrap();
+    swap_in_keeping(&m, &tampered);
     // The cached pages are the tampered ones; none may be served now.
     assert_eio(read_new(&m.path("victim")), "new descriptor");
     let mut page = vec![0u8; 4096];
@@ -277,12 +282,7 @@ fn writers_opened_before_cannot_poison_new_readers() {
         .open(m.path("victim"))
         .unwrap();
     let mut mapper = Mapper::start(&m.path("victim"));
-    run_ok(
-        Command::new("cp")
-            .arg("--preserve=xattr")
-            .arg(m.backing("genuine"))
-            .arg(m.backing("victim")),
-    );
+    copy_genuine_over_victim(&m);
     fs::metadata(m.path("victim")).unwrap();
     assert_eq!(read_new(&m.path("victim")).unwrap(), data);
     let (stop, stopped) = (
@@ -335,14 +335,7 @@ fn mapped_pages_are_invalidated_at_the_switch() {
     std::thread::sleep(Duration::from_millis(1200));
     let mut mapper = Mapper::start(&m.path("victim"));
     let tampered = fs::read(&victim).unwrap();
-    run_ok(
-        Command::new("cp")
-            .arg("--preserve=xattr")
-            .arg(m.backing("genuine"))
-            .arg(&victim),
-    );
-    let file = OpenOptions::new().write(true).open(&victim).unwrap();
-    file.write_all_at(&tampered[..SIZE], 0).unwrap();
+    swap_in_keeping(&m, &tampered);
     restore();
     std::thread::sleep(Duration::from_millis(1200));
     fs::metadata(m.path("victim")).unwrap();
