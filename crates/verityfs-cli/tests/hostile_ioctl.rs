@@ -181,7 +181,7 @@ impl Attack {
         };
         attack.plain = attack.new_plain(seed);
         // Verity files made outside the attack: SHA-256 and SHA-512, salted.
-        for (alg, block_size, salt) in [(1, 4096, &b""[..]), (2, 1024, &b"pepper"[..])] {
+        for (alg, block_size, salt) in VERITY_TARGETS {
             let mut target = attack.new_plain(seed ^ u64::from(alg));
             let arg = EnableArg {
                 hash_algorithm: alg,

@@ -25,6 +25,10 @@ pub const MAX_SALT_SIZE: u32 = 32;
 /// `__reserved1` (4 bytes at 28) and `__reserved2` (88 bytes at 40).
 pub const RESERVED_BYTES: usize = 4 + 88;
 
+/// The verity files each run enables before attacking them: (hash
+/// algorithm, block size, salt): SHA-256 unsalted and SHA-512 salted.
+pub const VERITY_TARGETS: [(u32, u32, &[u8]); 2] = [(1, 4096, b""), (2, 1024, b"pepper")];
+
 /// The limits of the running kernel's FUSE driver for this mount.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {

@@ -63,7 +63,7 @@ pub fn run(dir: &Path) -> Records {
         dir,
     };
     batch.plain = batch.new_plain();
-    for (alg, block_size, salt) in [(1, 4096, &b""[..]), (2, 1024, &b"pepper"[..])] {
+    for (alg, block_size, salt) in VERITY_TARGETS {
         let target = batch.new_plain();
         let arg = EnableArg {
             hash_algorithm: alg,
