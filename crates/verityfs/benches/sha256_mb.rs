@@ -8,7 +8,7 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use sha2::{Digest as _, Sha256};
 use std::hint::black_box;
 
-use verityfs::sha256_mb::{Backend, Sha256Prefix, DIGEST_SIZE};
+use verityfs::sha256_mb::{cpu_has_sha_ni, Backend, Sha256Prefix, DIGEST_SIZE};
 
 const BLOCK_SIZE: usize = 4096;
 const BLOCKS: usize = 256;
@@ -67,18 +67,6 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
-}
-
-/// Whether the CPU has what the SHA-NI backends need, asked directly so
-/// that a detection bug in the library cannot hide a backend.
-fn cpu_has_sha_ni() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return is_x86_feature_detected!("sha")
-        && is_x86_feature_detected!("sse2")
-        && is_x86_feature_detected!("ssse3")
-        && is_x86_feature_detected!("sse4.1");
-    #[cfg(not(target_arch = "x86_64"))]
-    false
 }
 
 // What `criterion_main!` does, without the undocumented public function

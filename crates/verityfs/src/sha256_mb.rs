@@ -574,6 +574,21 @@ mod sha_ni {
     }
 }
 
+/// Whether the CPU has the instructions the SHA-NI backends need, asked
+/// of the CPU itself rather than through the backends' own detection, so
+/// that tests and benchmarks can check that a detection bug does not
+/// quietly leave those backends unused.
+#[doc(hidden)]
+pub fn cpu_has_sha_ni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return is_x86_feature_detected!("sha")
+        && is_x86_feature_detected!("sse2")
+        && is_x86_feature_detected!("ssse3")
+        && is_x86_feature_detected!("sse4.1");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -605,19 +620,6 @@ mod tests {
         }
         bytes.truncate(len);
         bytes
-    }
-
-    /// Whether the CPU has the instructions the SHA-NI backends need,
-    /// asked here rather than through `ShaNi::detect`, so that a detection
-    /// bug cannot quietly leave those backends untested.
-    fn cpu_has_sha_ni() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        return is_x86_feature_detected!("sha")
-            && is_x86_feature_detected!("sse2")
-            && is_x86_feature_detected!("ssse3")
-            && is_x86_feature_detected!("sse4.1");
-        #[cfg(not(target_arch = "x86_64"))]
-        false
     }
 
     /// The backends the tests run: every one on a CPU with SHA-NI (each
