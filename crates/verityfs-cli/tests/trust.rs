@@ -573,12 +573,16 @@ fn map_as_nobody(path: &Path) {
                   for off in range(0, 4 << 20, 4096): m[off] = 1\n\
                   try: m.flush()\n\
                   except OSError: pass\n";
-    run(Command::new("setpriv")
-        .arg(format!("--reuid={NOBODY}"))
-        .arg(format!("--regid={NOBODY}"))
-        .arg("--clear-groups")
-        .args(["/usr/bin/python3", "-c", script])
-        .arg(path));
+    // The stores themselves must happen: a program that failed to run
+    // would leave the reserved blocks free for the wrong reason.
+    run_ok(
+        Command::new("setpriv")
+            .arg(format!("--reuid={NOBODY}"))
+            .arg(format!("--regid={NOBODY}"))
+            .arg("--clear-groups")
+            .args(["/usr/bin/python3", "-c", script])
+            .arg(path),
+    );
 }
 
 /// `nobody` fills a small ext4 through the mount, with `write(2)` and
