@@ -47,6 +47,22 @@ const NOBODY: u32 = 65534;
 // ---------------------------------------------------------------------------
 
 /// The oracle's path, after checking once that it exists and is v1.5.
+/// The program under test, copied where any user may run it: the checkout,
+/// and `target/` in it, may be private to root.
+fn ours_for_everyone() -> &'static Path {
+    use std::os::unix::fs::PermissionsExt;
+    static COPY: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    let (_, path) = COPY.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.path().join("verityfs");
+        fs::copy(OURS, &path).expect("copying the program under test");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        (dir, path)
+    });
+    path
+}
+
 fn oracle() -> &'static str {
     static CHECKED: OnceLock<()> = OnceLock::new();
     CHECKED.get_or_init(|| {
@@ -242,7 +258,10 @@ impl Invocation<'_> {
         for (file, data) in &self.prefill {
             fs::write(dir.join(file), data).unwrap();
         }
-        let mut cmd = Command::new(prog);
+        let mut cmd = match self.user {
+            Some(_) if prog == OURS => Command::new(ours_for_everyone()),
+            _ => Command::new(prog),
+        };
         if let Some(uid) = self.user {
             self.sandbox.hand_over(&dir, uid);
             cmd.uid(uid).gid(uid);
