@@ -154,7 +154,7 @@ impl VerityFs {
         if let FileState::Enabling(_) = state {
             if !verity.enabling && !self.options.read_only {
                 let file = self.open_backing(inode, OFlags::RDWR)?;
-                verityfs::state::recover(&file).map_err(lib_errno)?;
+                verityfs::recover(&file).map_err(lib_errno)?;
             }
         }
         Ok(state)

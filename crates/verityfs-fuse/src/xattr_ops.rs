@@ -6,7 +6,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use fuser::{Errno, FileType};
 use rustix::fs::XattrFlags;
-use verityfs::layout::XATTR_PREFIX;
+use verityfs::XATTR_PREFIX;
 
 use crate::caller::Caller;
 use crate::fs::VerityFs;

@@ -219,6 +219,7 @@ pub fn build_merkle_tree<R: Read + Send, S: TreeSink>(
     let mut builder = TreeBuilder::new(params, data_size, sink);
     let hasher = params.hasher();
     let block_size = params.block_size();
+    let digest_size = params.hash_algorithm().digest_size();
     let mut hashes = Vec::new();
     let mut done = 0u64;
     for_each_chunk(
@@ -226,7 +227,8 @@ pub fn build_merkle_tree<R: Read + Send, S: TreeSink>(
         data_size,
         chunk_size(data_size, block_size),
         |chunk| {
-            hash_data_blocks(&hasher, chunk, block_size, &mut hashes);
+            hashes.resize(chunk.len().div_ceil(block_size) * digest_size, 0);
+            hasher.hash_data_blocks(chunk, block_size, &mut hashes);
             builder.add_data_hashes(&hashes)?;
             done += chunk.len() as u64;
             progress(done)
@@ -243,26 +245,6 @@ fn chunk_size(data_size: u64, block_size: usize) -> usize {
     CHUNK_SIZE
         .min(file.next_multiple_of(block_size))
         .max(block_size)
-}
-
-/// Hashes the data blocks of `chunk` into `hashes`, zero-padding a partial
-/// last block.
-pub(crate) fn hash_data_blocks(
-    hasher: &SaltedHasher,
-    chunk: &[u8],
-    block_size: usize,
-    hashes: &mut Vec<u8>,
-) {
-    let d = hasher.algorithm().digest_size();
-    let full = chunk.len() / block_size * block_size;
-    hashes.resize(chunk.len().div_ceil(block_size) * d, 0);
-    let (full_hashes, tail_hash) = hashes.split_at_mut(full / block_size * d);
-    hasher.par_hash_blocks(&chunk[..full], block_size, full_hashes);
-    if full < chunk.len() {
-        let mut last = vec![0u8; block_size];
-        last[..chunk.len() - full].copy_from_slice(&chunk[full..]);
-        tail_hash.copy_from_slice(hasher.hash_block(&last).as_bytes());
-    }
 }
 
 /// Reads `size` bytes from `data` in chunks on a helper thread (two buffers

@@ -12,54 +12,66 @@ use std::sync::{Arc, Mutex};
 
 /// The default cache size: the tree of 4 GiB of data with 4 KiB blocks and
 /// SHA-256, far more than a sequential stream needs.
-pub const DEFAULT_CACHE_BYTES: usize = 32 << 20;
+pub(crate) const DEFAULT_CACHE_BYTES: usize = 32 << 20;
 
 const SHARDS: usize = 16;
 
 /// Identifies a tree block: the file's cache id and the block's index in the
 /// stored tree.
-pub type BlockKey = (u64, u64);
+pub(crate) type BlockKey = (u64, u64);
 
-/// A cached tree block.
+/// A cached tree block. Its flags are atomics so that a reader holding
+/// the block can use them without the shard's lock.
 #[derive(Debug)]
-pub struct TreeBlock {
+pub(crate) struct TreeBlock {
     data: Box<[u8]>,
     verified: AtomicBool,
+    /// Used since the clock hand last passed (CLOCK's reference bit).
+    referenced: AtomicBool,
+    /// Still in the cache: set when inserted, cleared when evicted.
+    cached: AtomicBool,
 }
 
 impl TreeBlock {
     /// A block read from storage, not yet verified.
-    pub fn new(data: Box<[u8]>) -> Self {
+    pub(crate) fn new(data: Box<[u8]>) -> Self {
         TreeBlock {
             data,
             verified: AtomicBool::new(false),
+            referenced: AtomicBool::new(false),
+            cached: AtomicBool::new(false),
         }
     }
 
     /// The block's bytes.
-    pub fn data(&self) -> &[u8] {
+    pub(crate) fn data(&self) -> &[u8] {
         &self.data
     }
 
     /// Whether the block's hash was checked against its parent.
-    pub fn is_verified(&self) -> bool {
+    pub(crate) fn is_verified(&self) -> bool {
         self.verified.load(Ordering::Acquire)
     }
 
     /// Records that the block's hash matched its parent's.
-    pub fn set_verified(&self) {
+    pub(crate) fn set_verified(&self) {
         self.verified.store(true, Ordering::Release);
     }
-}
 
-struct Entry {
-    block: Arc<TreeBlock>,
-    referenced: bool,
+    /// Whether the block is still in the cache (not evicted).
+    pub(crate) fn is_cached(&self) -> bool {
+        self.cached.load(Ordering::Relaxed)
+    }
+
+    /// Marks the block used, as a cache lookup does.
+    pub(crate) fn touch(&self) {
+        self.referenced.store(true, Ordering::Relaxed);
+    }
 }
 
 #[derive(Default)]
 struct Shard {
-    map: HashMap<BlockKey, Entry>,
+    map: HashMap<BlockKey, Arc<TreeBlock>>,
     clock: VecDeque<BlockKey>,
     bytes: usize,
 }
@@ -72,12 +84,12 @@ impl Shard {
             let Some(key) = self.clock.pop_front() else {
                 return;
             };
-            let entry = self.map.get_mut(&key).expect("clock and map agree");
-            if entry.referenced {
-                entry.referenced = false;
+            let block = &self.map[&key];
+            if block.referenced.swap(false, Ordering::Relaxed) {
                 self.clock.push_back(key);
             } else {
-                self.bytes -= entry.block.data.len();
+                self.bytes -= block.data.len();
+                block.cached.store(false, Ordering::Relaxed);
                 self.map.remove(&key);
             }
         }
@@ -92,14 +104,14 @@ fn shard_index(key: BlockKey) -> usize {
 }
 
 /// A bounded, sharded cache of tree blocks.
-pub struct TreeCache {
+pub(crate) struct TreeCache {
     shards: Vec<Mutex<Shard>>,
     shard_capacity: usize,
 }
 
 impl TreeCache {
     /// A cache holding at most about `capacity_bytes` of blocks.
-    pub fn new(capacity_bytes: usize) -> Self {
+    pub(crate) fn new(capacity_bytes: usize) -> Self {
         TreeCache {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             shard_capacity: capacity_bytes / SHARDS,
@@ -113,43 +125,42 @@ impl TreeCache {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The cached block for `key`, if any.
-    pub fn get(&self, key: BlockKey) -> Option<Arc<TreeBlock>> {
-        let mut shard = self.shard(key);
-        let entry = shard.map.get_mut(&key)?;
-        entry.referenced = true;
-        Some(entry.block.clone())
+    /// The cached block for `key`, if any, marked used.
+    pub(crate) fn get(&self, key: BlockKey) -> Option<Arc<TreeBlock>> {
+        let block = self.peek(key)?;
+        block.touch();
+        Some(block)
+    }
+
+    /// The cached block for `key`, if any, without marking it used.
+    pub(crate) fn peek(&self, key: BlockKey) -> Option<Arc<TreeBlock>> {
+        self.shard(key).map.get(&key).cloned()
     }
 
     /// Whether `key` is cached (without marking it used).
-    pub fn contains(&self, key: BlockKey) -> bool {
+    pub(crate) fn contains(&self, key: BlockKey) -> bool {
         self.shard(key).map.contains_key(&key)
     }
 
     /// Caches `block` under `key` and returns the cached block: an already
     /// cached copy wins, since it may be verified.
-    pub fn insert(&self, key: BlockKey, block: Arc<TreeBlock>) -> Arc<TreeBlock> {
+    pub(crate) fn insert(&self, key: BlockKey, block: Arc<TreeBlock>) -> Arc<TreeBlock> {
         let capacity = self.shard_capacity;
         let mut shard = self.shard(key);
-        if let Some(entry) = shard.map.get_mut(&key) {
-            entry.referenced = true;
-            return entry.block.clone();
+        if let Some(cached) = shard.map.get(&key) {
+            cached.touch();
+            return cached.clone();
         }
         shard.make_room(block.data.len(), capacity);
         shard.bytes += block.data.len();
         shard.clock.push_back(key);
-        shard.map.insert(
-            key,
-            Entry {
-                block: block.clone(),
-                referenced: false,
-            },
-        );
+        block.cached.store(true, Ordering::Relaxed);
+        shard.map.insert(key, block.clone());
         block
     }
 
     /// Bytes of blocks held.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.shards
             .iter()
             .map(|s| s.lock().map_or(0, |s| s.bytes))
@@ -211,11 +222,13 @@ mod tests {
                 .unwrap()
         };
         let (a, b, c) = ((0, 0), key_in_same_shard(0), key_in_same_shard(1));
-        cache.insert(a, block(0));
-        cache.insert(b, block(0));
+        let held_a = cache.insert(a, block(0));
+        let held_b = cache.insert(b, block(0));
         cache.get(a);
         cache.insert(c, block(0));
         assert!(cache.contains(a), "recently used block was evicted");
         assert!(!cache.contains(b));
+        // Readers holding a block see whether it is still cached.
+        assert!(held_a.is_cached() && !held_b.is_cached());
     }
 }

@@ -5,9 +5,9 @@
 //! ([`hash_algs`]), validated tree parameters ([`params`]), level geometry
 //! ([`geometry`]), the descriptor and file digest ([`descriptor`]) and
 //! streaming tree construction ([`build`]); and verity files stored in any
-//! directory: the on-disk layout ([`layout`], [`state`]), crash-safe
+//! directory: the on-disk layout ([`Location`], [`FileState`]), crash-safe
 //! enabling ([`enable`]), and the verified read path with its tree block
-//! cache and Merkle tree readahead ([`open`], [`cache`], [`stats`],
+//! cache, Merkle tree readahead and counters ([`open`], [`Counters`],
 //! [`read_metadata`]), and built-in signatures made and checked as
 //! fsverity-utils and the kernel do (`signature`, with the default `openssl`
 //! feature). It has no FUSE or command line code, so any program
@@ -48,8 +48,14 @@
 //! # Ok::<(), verityfs::Error>(())
 //! ```
 
+// Unsafe code is refused except where it cannot be avoided: the SHA-NI
+// intrinsics of the multi-buffer SHA-256 and the OpenSSL calls of built-in
+// signatures. Every unsafe block says why it is sound.
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod build;
-pub mod cache;
+mod cache;
 pub mod check;
 pub mod descriptor;
 pub mod enable;
@@ -57,16 +63,23 @@ pub mod error;
 pub mod expected;
 pub mod geometry;
 pub mod hash_algs;
+// Public for the fuzz targets and tests of the on-disk format only; the
+// types embedders meet are re-exported below.
+#[doc(hidden)]
 pub mod layout;
 pub mod open;
 pub mod params;
 pub mod read_metadata;
 pub mod reader;
+// Public for its benchmark (`benches/sha256_mb.rs`) only.
+#[doc(hidden)]
+#[allow(unsafe_code)]
 pub mod sha256_mb;
 #[cfg(feature = "openssl")]
+#[allow(unsafe_code)]
 pub mod signature;
-pub mod state;
-pub mod stats;
+mod state;
+mod stats;
 pub mod stripped;
 mod verify;
 
@@ -77,11 +90,13 @@ pub use error::{Corruption, Error, Result, SignatureError};
 pub use expected::ExpectedDigest;
 pub use geometry::TreeGeometry;
 pub use hash_algs::{Digest, HashAlgorithm, SaltedHasher};
+pub use layout::{EnablingRecord, Location, XATTR_PREFIX};
 pub use open::{ReadOptions, Verifier, VerityFile};
 pub use params::{MerkleTreeParams, Salt};
 pub use read_metadata::MetadataType;
 pub use reader::VerifiedReader;
-pub use state::FileState;
+pub use state::{recover, FileState};
+pub use stats::{Counters, Snapshot};
 
 /// The README's Rust example, compiled and run as a doctest so that it
 /// keeps matching the API.

@@ -22,16 +22,16 @@
 //!   once per call (`PaddingSchedule`) and the SHA-NI code runs its 64
 //!   rounds without any message expansion.
 //!
-//! The hashing's `unsafe` code is all in this module: the SHA-NI functions
+//! This module and `signature` are the only ones where the crate allows
+//! `unsafe` code. Here it is the SHA-NI functions
 //! (`#[target_feature]`, hence `unsafe fn` under the crate's minimum Rust
 //! version 1.85) and the one call into them, which is reached only through a
 //! `ShaNi` token that exists only if the CPU was seen to have the
 //! features. The SIMD code reads and writes memory only through safe slices.
 //!
-//! The module is self-contained (it uses nothing else from the crate) so that
-//! the benchmark in `benches/sha256_mb.rs` can include its source.
-
-// Crate-private and not called by `SaltedHasher` yet: remove once it is.
+//! [`SaltedHasher`](crate::SaltedHasher) hashes SHA-256 blocks with it; it
+//! is public (hidden from the documentation) only for the benchmark in
+//! `benches/sha256_mb.rs`, which compares its backends.
 
 use sha2::block_api::compress256;
 use sha2::{Digest as _, Sha256};

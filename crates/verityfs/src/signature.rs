@@ -19,8 +19,9 @@
 //! and `PKCS7_final()` (without them OpenSSL picks the key's default digest,
 //! so SHA-512 files could not be signed as fsverity-utils signs them) and
 //! `BIO_new_file()` (only used to obtain OpenSSL's own report of a key or
-//! certificate file that cannot be opened). They are declared here; every
-//! `unsafe` block of the crate's signature code is in this module.
+//! certificate file that cannot be opened). They are declared here: this
+//! module and `sha256_mb` are the only ones where the crate allows `unsafe`
+//! code, and every `unsafe` block says why it is sound.
 //!
 //! # Verification rules
 //!
@@ -48,7 +49,6 @@ use std::path::{Path, PathBuf};
 use std::ptr;
 
 use foreign_types::ForeignType;
-use libc::{c_char, c_int};
 use openssl::error::ErrorStack;
 use openssl::hash::MessageDigest;
 use openssl::pkcs7::{Pkcs7, Pkcs7Flags};
@@ -56,6 +56,7 @@ use openssl::pkey::{PKey, Private};
 use openssl::stack::Stack;
 use openssl::x509::store::X509StoreBuilder;
 use openssl::x509::X509;
+use std::ffi::{c_char, c_int};
 
 use crate::descriptor::formatted_digest;
 pub use crate::error::SignatureError;
@@ -64,8 +65,8 @@ use crate::hash_algs::{Digest, HashAlgorithm};
 /// The OpenSSL functions the `openssl` and `openssl-sys` crates do not
 /// declare, with their OpenSSL 1.1/3.x prototypes.
 mod ffi {
-    use libc::{c_char, c_int};
     use openssl_sys::{BIO, EVP_MD, EVP_PKEY, PKCS7, PKCS7_SIGNER_INFO, X509};
+    use std::ffi::{c_char, c_int};
 
     extern "C" {
         pub fn PKCS7_sign_add_signer(

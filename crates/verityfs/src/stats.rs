@@ -52,8 +52,13 @@ counters! {
     verification_failures,
 }
 
-/// Adds `n` to a counter of a file and to the matching total.
-pub(crate) fn bump(pair: (&AtomicU64, &AtomicU64), n: u64) {
-    pair.0.fetch_add(n, Relaxed);
-    pair.1.fetch_add(n, Relaxed);
+/// Adds `n` to one counter of a file and to the same counter of the total.
+pub(crate) fn bump(
+    file: &Counters,
+    total: &Counters,
+    counter: fn(&Counters) -> &AtomicU64,
+    n: u64,
+) {
+    counter(file).fetch_add(n, Relaxed);
+    counter(total).fetch_add(n, Relaxed);
 }

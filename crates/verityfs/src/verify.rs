@@ -8,28 +8,39 @@
 //! stops at the first block already verified, as in the kernel, so a
 //! sequential read verifies each tree block once.
 //!
+//! As in the kernel, a read keeps its bookkeeping on the stack: the plan,
+//! the hashes of its data blocks and the chain of tree blocks being
+//! verified are fixed-size arrays (a tree has at most
+//! [`MAX_KERNEL_LEVELS`] levels), and an unaligned read's whole blocks go
+//! to a buffer kept per thread. An aligned read of cached tree blocks
+//! makes no heap allocation, and looks each tree block up in the cache
+//! once: the blocks the plan looked up are used from the plan.
+//!
 //! Readahead follows the kernel's 2026 design (readahead at submission time)
 //! and the 2019 rule (a quarter of the data window ahead on level 0):
 //! before the data is read, every level's missing tree blocks for the read
 //! are requested asynchronously (`POSIX_FADV_WILLNEED`), so that tree and
 //! data I/O overlap; a missing tree block is then read together with the
-//! rest of the run the read needs, in one request per level; and on a
-//! sequential stream the level-0 blocks beyond the read are requested ahead
-//! of time.
+//! rest of the run the read needs, in one request per level, straight into
+//! the buffers the cache keeps; and on a sequential stream the level-0
+//! blocks beyond the read are requested ahead of time.
 
+use std::cell::Cell;
+use std::fs::File;
+use std::io::{self, IoSliceMut};
 use std::num::NonZeroU64;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rustix::fs::{fadvise, Advice};
 
-use crate::build::hash_data_blocks;
-use crate::cache::TreeBlock;
+use crate::cache::{BlockKey, TreeBlock};
 use crate::error::{Corruption, Error, Result};
+use crate::geometry::MAX_KERNEL_LEVELS;
 use crate::hash_algs::Digest;
 use crate::open::VerityFile;
-use crate::stats::bump;
+use crate::stats::Counters;
 
 /// Level-0 tree bytes requested at once ahead of a sequential stream: with
 /// 4 KiB blocks and SHA-256, 2 MiB of hashes covers 256 MiB of data, so a
@@ -43,11 +54,54 @@ const SEQUENTIAL_SLACK: u64 = 8 << 20;
 /// The most of the levels above level 0 read at once.
 const UPPER_LEVELS_BYTES: u64 = 1 << 20;
 
-/// For one read: per level, the last block (index within the level) worth
-/// fetching together with a missing block.
-struct TreePlan {
-    fetch_until: Vec<u64>,
+/// Bytes of data-block hashes computed at once by reads of many blocks
+/// (on the stack): 512 SHA-256 hashes, 2 MiB of 4 KiB blocks, enough to
+/// keep every core busy.
+const LARGE_HASH_BATCH: usize = 16 << 10;
+
+/// The hash batch of reads of up to 64 SHA-256 (32 SHA-512) blocks, which
+/// need not clear the large one.
+const SMALL_HASH_BATCH: usize = 2 << 10;
+
+/// The largest unaligned read whose block buffer a thread keeps for its
+/// next unaligned read (more than FUSE's largest read); larger ones
+/// allocate their own.
+const KEPT_BOUNCE_BYTES: usize = 4 << 20;
+
+/// The most buffers one `preadv` takes (Linux's `IOV_MAX`).
+const MAX_IOVECS: usize = 1024;
+
+thread_local! {
+    /// The buffer of this thread's unaligned reads, taken while in use.
+    static BOUNCE: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
 }
+
+/// What one read needs from one tree level.
+#[derive(Default)]
+struct LevelPlan {
+    /// The first and last blocks (indexes within the level) the read needs.
+    first: u64,
+    last: u64,
+    /// The last block worth fetching together with a missing block.
+    fetch_until: u64,
+    /// The cached copies of `first` and `last`, once looked up.
+    held: [Option<Arc<TreeBlock>>; 2],
+}
+
+impl LevelPlan {
+    /// The place for the copy of block `index`, if it is `first` or `last`.
+    fn held(&mut self, index: u64) -> Option<&mut Option<Arc<TreeBlock>>> {
+        let slot = match index {
+            i if i == self.first => 0,
+            i if i == self.last => 1,
+            _ => return None,
+        };
+        Some(&mut self.held[slot])
+    }
+}
+
+/// What one read needs from each tree level.
+type ReadPlan = [LevelPlan; MAX_KERNEL_LEVELS];
 
 impl VerityFile {
     /// Reads up to `buf.len()` bytes at `offset`, like `pread`, returning
@@ -65,16 +119,18 @@ impl VerityFile {
         let (first, last) = (offset >> log_bs, (offset + len as u64 - 1) >> log_bs);
         let start = first << log_bs;
         let end = ((last + 1) << log_bs).min(size);
-        let plan = self.plan_tree_reads(first, last, offset, len);
+        let mut plan = self.plan_tree_reads(first, last, offset, len);
         let buf = &mut buf[..len];
         if start == offset && end == offset + len as u64 {
             self.read_data(buf, start)?;
-            self.verify_data(first, buf, &plan)?;
+            self.verify_data(first, buf, &mut plan)?;
         } else {
-            let mut blocks = vec![0u8; (end - start) as usize];
-            self.read_data(&mut blocks, start)?;
-            self.verify_data(first, &blocks, &plan)?;
-            buf.copy_from_slice(&blocks[(offset - start) as usize..][..len]);
+            with_bounce_buffer((end - start) as usize, |blocks| -> Result<()> {
+                self.read_data(blocks, start)?;
+                self.verify_data(first, blocks, &mut plan)?;
+                buf.copy_from_slice(&blocks[(offset - start) as usize..][..len]);
+                Ok(())
+            })?;
         }
         Ok(len)
     }
@@ -84,60 +140,71 @@ impl VerityFile {
     }
 
     fn read_data(&self, buf: &mut [u8], pos: u64) -> Result<()> {
-        self.data
-            .read_exact_at(buf, pos)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::UnexpectedEof => Error::MetadataTruncated,
-                _ => e.into(),
-            })
+        self.data.read_exact_at(buf, pos).map_err(metadata_error)
+    }
+
+    /// Adds `n` to one of this file's counters and to the same total.
+    fn count(&self, counter: fn(&Counters) -> &AtomicU64, n: u64) {
+        crate::stats::bump(&self.stats, &self.verifier.totals, counter, n);
     }
 
     /// Decides what to fetch for a read of data blocks `first..=last` and
     /// issues the asynchronous readahead.
-    fn plan_tree_reads(&self, first: u64, last: u64, offset: u64, len: usize) -> TreePlan {
+    fn plan_tree_reads(&self, first: u64, last: u64, offset: u64, len: usize) -> ReadPlan {
         let previous_end = self.last_end.swap(offset + len as u64, Ordering::Relaxed);
         // Requests of one stream may arrive slightly out of order (the
         // kernel keeps several readahead requests in flight, served by
         // several threads): near the previous end still counts.
         let sequential = offset == 0 || offset.abs_diff(previous_end) <= SEQUENTIAL_SLACK;
         let levels = self.geometry.levels();
-        if !self.verifier.options.merkle_readahead {
-            return TreePlan {
-                fetch_until: vec![0; levels.len()],
-            };
-        }
         let la = self.geometry.log_arity();
-        let mut fetch_until = Vec::with_capacity(levels.len());
+        let mut plan = ReadPlan::default();
+        for (level, lp) in plan.iter_mut().enumerate().take(levels.len()) {
+            let shift = la * (level as u32 + 1);
+            (lp.first, lp.last) = (first >> shift, last >> shift);
+        }
+        if !self.verifier.options.merkle_readahead {
+            return plan;
+        }
+        // The levels above 0 are small: read each whole, up to a cap.
+        let cap = (UPPER_LEVELS_BYTES >> self.log_block_size()).max(1);
         let mut upper_missing = false;
         for (level, info) in levels.iter().enumerate() {
-            let shift = la * (level as u32 + 1);
-            let (s, e) = (first >> shift, last >> shift);
-            if level == 0 {
-                fetch_until.push(match sequential {
-                    true => self.readahead_level0(s, e),
-                    false => self.hint_needed(0, s, e),
-                });
-                continue;
-            }
-            upper_missing |= !self.is_cached(level, s) || !self.is_cached(level, e);
-            // The levels above 0 are small: read each whole, up to a cap.
-            let cap = (UPPER_LEVELS_BYTES >> self.log_block_size()).max(1);
-            fetch_until.push(e.max((s + cap).min(info.num_blocks) - 1));
+            let lp = &mut plan[level];
+            let (s, e) = (lp.first, lp.last);
+            lp.fetch_until = match level {
+                0 if sequential => self.readahead_level0(s, e),
+                0 => self.hint_needed(lp),
+                _ => {
+                    upper_missing |= !self.all_cached(level, lp);
+                    e.max((s + cap).min(info.num_blocks) - 1)
+                }
+            };
         }
         if upper_missing {
             self.hint_upper_levels();
         }
-        TreePlan { fetch_until }
+        plan
     }
 
-    /// Asks, at submission time, for the blocks `s..=e` of `level` this read
-    /// needs if they are not cached, so that tree and data I/O overlap.
-    fn hint_needed(&self, level: usize, s: u64, e: u64) -> u64 {
-        let requested = level == 0 && e < self.readahead_until.load(Ordering::Relaxed);
-        if !requested && (!self.is_cached(level, s) || !self.is_cached(level, e)) {
-            self.hint_tree_range(level, s, e);
+    /// Asks, at submission time, for the level-0 blocks the read needs if
+    /// they are not cached, so that tree and data I/O overlap.
+    fn hint_needed(&self, lp: &mut LevelPlan) -> u64 {
+        let requested = lp.last < self.readahead_until.load(Ordering::Relaxed);
+        if !requested && !self.all_cached(0, lp) {
+            self.hint_tree_range(0, lp.first, lp.last);
         }
-        e
+        lp.last
+    }
+
+    /// Whether the first and last blocks `lp` needs of `level` are cached;
+    /// keeps the cached copies for the walk.
+    fn all_cached(&self, level: usize, lp: &mut LevelPlan) -> bool {
+        let mut look_up = |slot: usize, index: u64| {
+            lp.held[slot] = self.verifier.cache.peek(self.cache_key(level, index));
+            lp.held[slot].is_some()
+        };
+        look_up(0, lp.first) && (lp.first == lp.last || look_up(1, lp.last))
     }
 
     /// Asks for all the levels above level 0 in one request: they are
@@ -186,108 +253,117 @@ impl VerityFile {
         if s > e {
             return;
         }
-        let log_bs = self.log_block_size();
-        let pos =
-            self.location.tree_pos + ((self.geometry.levels()[level].start_block + s) << log_bs);
-        let len = NonZeroU64::new((e - s + 1) << log_bs);
+        let len = NonZeroU64::new((e - s + 1) << self.log_block_size());
         // A hint: failure only costs speed.
-        let _ = fadvise(&self.tree, pos, len, Advice::WillNeed);
-        bump(
-            (
-                &self.stats.readahead_requests,
-                &self.verifier.totals.readahead_requests,
-            ),
-            1,
-        );
-        bump(
-            (
-                &self.stats.readahead_blocks,
-                &self.verifier.totals.readahead_blocks,
-            ),
-            e - s + 1,
-        );
+        let _ = fadvise(&self.tree, self.tree_pos(level, s), len, Advice::WillNeed);
+        self.count(|c| &c.readahead_requests, 1);
+        self.count(|c| &c.readahead_blocks, e - s + 1);
     }
 
-    fn cache_key(&self, level: usize, index: u64) -> (u64, u64) {
+    fn cache_key(&self, level: usize, index: u64) -> BlockKey {
         (
             self.cache_id,
             self.geometry.levels()[level].start_block + index,
         )
     }
 
-    fn is_cached(&self, level: usize, index: u64) -> bool {
-        self.verifier.cache.contains(self.cache_key(level, index))
+    /// Where block `index` of `level` is stored.
+    fn tree_pos(&self, level: usize, index: u64) -> u64 {
+        let (_, block) = self.cache_key(level, index);
+        self.location.tree_pos + (block << self.log_block_size())
     }
 
     /// Hashes the data blocks starting at block `first` held in `data` and
-    /// checks each against the tree.
-    fn verify_data(&self, first: u64, data: &[u8], plan: &TreePlan) -> Result<()> {
+    /// checks each against the tree, a batch of hashes at a time.
+    fn verify_data(&self, first: u64, data: &[u8], plan: &mut ReadPlan) -> Result<()> {
+        let blocks = data.len().div_ceil(self.geometry.block_size());
+        self.count(|c| &c.data_blocks_verified, blocks as u64);
+        let hashes = blocks * self.hasher.algorithm().digest_size();
+        match hashes <= SMALL_HASH_BATCH {
+            true => self.verify_batches::<SMALL_HASH_BATCH>(first, data, plan),
+            false => self.verify_batches::<LARGE_HASH_BATCH>(first, data, plan),
+        }
+    }
+
+    /// [`VerityFile::verify_data`] with `BATCH` bytes of hashes at a time.
+    fn verify_batches<const BATCH: usize>(
+        &self,
+        first: u64,
+        data: &[u8],
+        plan: &mut ReadPlan,
+    ) -> Result<()> {
         let bs = self.geometry.block_size();
         let d = self.hasher.algorithm().digest_size();
-        let mut hashes = Vec::new();
-        hash_data_blocks(&self.hasher, data, bs, &mut hashes);
-        let n = hashes.len() / d;
-        bump(
-            (
-                &self.stats.data_blocks_verified,
-                &self.verifier.totals.data_blocks_verified,
-            ),
-            n as u64,
-        );
-        if self.geometry.num_levels() == 0 {
-            let root = self.descriptor.root_hash().as_bytes();
-            return self.check(&hashes, root, first << self.log_block_size(), -1);
-        }
-        let la = self.geometry.log_arity();
-        let mut i = 0;
-        while i < n {
-            let block = first + i as u64;
-            let pos = block << self.log_block_size();
-            let tree_block = self.verified_tree_block(0, block >> la, pos, plan)?;
-            let group_end = n.min((((block >> la) + 1) << la) as usize - first as usize);
-            for j in i..group_end {
-                let (_, off) = self.geometry.hash_location(0, first + j as u64);
-                let pos = (first + j as u64) << self.log_block_size();
-                self.check(
-                    &hashes[j * d..][..d],
-                    &tree_block.data()[off..off + d],
-                    pos,
-                    -1,
-                )?;
+        let mut hashes = [0u8; BATCH];
+        let mut group = None;
+        let mut block = first;
+        for batch in data.chunks(BATCH / d * bs) {
+            let hashes = &mut hashes[..batch.len().div_ceil(bs) * d];
+            self.hasher.hash_data_blocks(batch, bs, hashes);
+            for real in hashes.chunks_exact(d) {
+                self.check_data_block(block, real, plan, &mut group)?;
+                block += 1;
             }
-            i = group_end;
         }
         Ok(())
     }
 
-    /// The verified level-`level` tree block `index`: walks up to the first
+    /// Checks the hash `real` of data block `block` against the tree.
+    /// `group` keeps the verified level-0 block of the previous data block.
+    fn check_data_block(
+        &self,
+        block: u64,
+        real: &[u8],
+        plan: &mut ReadPlan,
+        group: &mut Option<(u64, Arc<TreeBlock>)>,
+    ) -> Result<()> {
+        let pos = block << self.log_block_size();
+        if self.geometry.num_levels() == 0 {
+            return self.check(real, self.descriptor.root_hash().as_bytes(), pos, -1);
+        }
+        let index = block >> self.geometry.log_arity();
+        let tree_block = match group {
+            Some((i, tree_block)) if *i == index => tree_block,
+            _ => {
+                let tree_block = self.verified_tree_block(index, pos, plan)?;
+                &group.insert((index, tree_block)).1
+            }
+        };
+        let (_, off) = self.geometry.hash_location(0, block);
+        self.check(real, &tree_block.data()[off..][..real.len()], pos, -1)
+    }
+
+    /// The verified level-0 tree block `index`: walks up to the first
     /// verified block (or the root hash), then verifies back down.
     fn verified_tree_block(
         &self,
-        level: usize,
         index: u64,
         data_pos: u64,
-        plan: &TreePlan,
+        plan: &mut ReadPlan,
     ) -> Result<Arc<TreeBlock>> {
         let la = self.geometry.log_arity();
-        let mut chain = Vec::new();
-        let (mut lvl, mut idx) = (level, index);
+        let mut chain: [Option<Arc<TreeBlock>>; MAX_KERNEL_LEVELS] = Default::default();
+        let mut level = 0;
         let mut parent = loop {
-            let block = self.tree_block(lvl, idx, plan)?;
+            let block = self.tree_block(level, index >> (la * level as u32), plan)?;
             if block.is_verified() {
                 break Some(block);
             }
-            chain.push((lvl, idx, block));
-            if lvl + 1 == self.geometry.num_levels() {
+            chain[level] = Some(block);
+            level += 1;
+            if level == self.geometry.num_levels() {
                 break None;
             }
-            lvl += 1;
-            idx >>= la;
         };
-        let d = self.hasher.algorithm().digest_size();
-        for (lvl, idx, block) in chain.into_iter().rev() {
+        for lvl in (0..level).rev() {
+            let block = chain[lvl].take().expect("the walk filled the chain");
             let want = match &parent {
-                Some(p) => &p.data()[self.geometry.hash_location(lvl + 1, idx).1..][..d],
+                Some(p) => {
+                    let (_, off) = self
+                        .geometry
+                        .hash_location(lvl + 1, index >> (la * lvl as u32));
+                    &p.data()[off..][..self.hasher.algorithm().digest_size()]
+                }
                 None => self.descriptor.root_hash().as_bytes(),
             };
             let real = self.hasher.hash_block(block.data());
@@ -295,47 +371,59 @@ impl VerityFile {
             block.set_verified();
             parent = Some(block);
         }
-        Ok(parent.expect("the chain or the loop yields a block"))
+        Ok(parent.expect("the chain or the walk yields a block"))
     }
 
-    /// Tree block `index` of `level`, from the cache or read from storage
-    /// together with the rest of the planned run.
-    fn tree_block(&self, level: usize, index: u64, plan: &TreePlan) -> Result<Arc<TreeBlock>> {
-        let (stats, totals) = (&self.stats, &self.verifier.totals);
-        if let Some(block) = self.verifier.cache.get(self.cache_key(level, index)) {
-            bump((&stats.cache_hits, &totals.cache_hits), 1);
-            return Ok(block);
+    /// Tree block `index` of `level`: the copy the plan holds if it is still
+    /// cached, else from the cache, else read from storage together with the
+    /// rest of the planned run.
+    fn tree_block(&self, level: usize, index: u64, plan: &mut ReadPlan) -> Result<Arc<TreeBlock>> {
+        let lp = &mut plan[level];
+        let held = lp.held(index).and_then(|held| held.as_ref());
+        if let Some(block) = held.filter(|block| block.is_cached()) {
+            block.touch();
+            self.count(|c| &c.cache_hits, 1);
+            return Ok(block.clone());
         }
-        bump((&stats.cache_misses, &totals.cache_misses), 1);
-        let until =
-            plan.fetch_until[level].clamp(index, self.geometry.levels()[level].num_blocks - 1);
+        let block = match self.verifier.cache.get(self.cache_key(level, index)) {
+            Some(block) => {
+                self.count(|c| &c.cache_hits, 1);
+                block
+            }
+            None => {
+                self.count(|c| &c.cache_misses, 1);
+                self.read_run(level, index, lp.fetch_until)?
+            }
+        };
+        if let Some(held) = lp.held(index) {
+            *held = Some(block.clone());
+        }
+        Ok(block)
+    }
+
+    /// Reads block `index` of `level` and the uncached blocks after it up
+    /// to `until` in one request, straight into new cache blocks, caches
+    /// them and returns the cached block `index`.
+    fn read_run(&self, level: usize, index: u64, until: u64) -> Result<Arc<TreeBlock>> {
+        let until = until.clamp(index, self.geometry.levels()[level].num_blocks - 1);
+        let cache = &self.verifier.cache;
         let count = (index + 1..=until)
-            .take_while(|&i| !self.is_cached(level, i))
+            .take_while(|&i| !cache.contains(self.cache_key(level, i)))
             .count()
             + 1;
         let bs = self.geometry.block_size();
-        let mut buf = vec![0u8; count * bs];
+        let mut blocks: Vec<Box<[u8]>> = (0..count).map(|_| vec![0; bs].into()).collect();
+        let mut bufs: Vec<IoSliceMut<'_>> = blocks.iter_mut().map(|b| IoSliceMut::new(b)).collect();
+        read_exact_vectored_at(&self.tree, &mut bufs, self.tree_pos(level, index))
+            .map_err(metadata_error)?;
+        self.count(|c| &c.tree_read_requests, 1);
+        self.count(|c| &c.tree_blocks_read, count as u64);
         let (_, start) = self.cache_key(level, index);
-        let pos = self.location.tree_pos + (start << self.log_block_size());
-        self.tree
-            .read_exact_at(&mut buf, pos)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::UnexpectedEof => Error::MetadataTruncated,
-                _ => e.into(),
-            })?;
-        bump((&stats.tree_read_requests, &totals.tree_read_requests), 1);
-        bump(
-            (&stats.tree_blocks_read, &totals.tree_blocks_read),
-            count as u64,
-        );
-        let mut blocks = buf.chunks_exact(bs).enumerate().map(|(k, bytes)| {
-            let block = Arc::new(TreeBlock::new(bytes.into()));
-            self.verifier
-                .cache
-                .insert((self.cache_id, start + k as u64), block)
+        let mut cached = blocks.into_iter().zip(start..).map(|(bytes, block)| {
+            cache.insert((self.cache_id, block), Arc::new(TreeBlock::new(bytes)))
         });
-        let wanted = blocks.next().expect("count >= 1");
-        blocks.for_each(drop);
+        let wanted = cached.next().expect("count >= 1");
+        cached.for_each(drop);
         Ok(wanted)
     }
 
@@ -345,13 +433,7 @@ impl VerityFile {
         if real == want {
             return Ok(());
         }
-        bump(
-            (
-                &self.stats.verification_failures,
-                &self.verifier.totals.verification_failures,
-            ),
-            1,
-        );
+        self.count(|c| &c.verification_failures, 1);
         let digest = |b: &[u8]| Digest::from_slice(b).expect("digest-sized");
         Err(Error::Corrupted(Box::new(Corruption {
             file: self.name.clone(),
@@ -362,4 +444,50 @@ impl VerityFile {
             real: digest(real),
         })))
     }
+}
+
+/// Reading metadata that is cut off is a truncated file, not an I/O error.
+fn metadata_error(e: io::Error) -> Error {
+    match e.kind() {
+        io::ErrorKind::UnexpectedEof => Error::MetadataTruncated,
+        _ => e.into(),
+    }
+}
+
+/// Calls `f` with a buffer of `len` bytes: this thread's unaligned-read
+/// buffer, which is kept for the next read unless it grew too large.
+fn with_bounce_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    // Taken, not borrowed: a read on this thread while `f` runs (rayon may
+    // run another task here while it waits for the hashing) gets a fresh
+    // buffer instead of a conflict.
+    let mut buf = BOUNCE.take();
+    buf.resize(len, 0);
+    let result = f(&mut buf);
+    if buf.capacity() <= KEPT_BOUNCE_BYTES {
+        BOUNCE.set(buf);
+    }
+    result
+}
+
+/// Fills `bufs` in order from `file` at `pos`, as `read_exact_at` fills one
+/// buffer: one request for the whole run (of at most [`MAX_IOVECS`]
+/// buffers per call), retried after a short read or an interruption.
+fn read_exact_vectored_at(
+    file: &File,
+    mut bufs: &mut [IoSliceMut<'_>],
+    mut pos: u64,
+) -> io::Result<()> {
+    while !bufs.is_empty() {
+        let n = bufs.len().min(MAX_IOVECS);
+        match rustix::io::preadv(file, &mut bufs[..n], pos) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(read) => {
+                pos += read as u64;
+                IoSliceMut::advance_slices(&mut bufs, read);
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }

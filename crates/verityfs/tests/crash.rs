@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::{enable, expected_digest, open, open_rw, write_file, Rng};
 use verityfs::layout::{ENABLING_XATTR, LOCATION_XATTR};
-use verityfs::state::recover;
+use verityfs::recover;
 use verityfs::{FileState, MerkleTreeParams, ReadOptions, Verifier};
 
 /// Set in the child's environment to the path to enable.

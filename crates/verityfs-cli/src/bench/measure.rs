@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use verityfs::stats::Snapshot;
+use verityfs::Snapshot;
 use verityfs::{ReadOptions, Verifier, VerityFile};
 
 use super::{Context, Result};

@@ -11,7 +11,7 @@ use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde_json::{json, Map, Value};
-use verityfs::stats::Snapshot;
+use verityfs::Snapshot;
 
 use super::measure::{CAT_CHUNK, LIBRARY_CHUNK, RANDOM_READS, RANDOM_READ_SIZE, RANDOM_SEED};
 use super::{Config, Context, Result};
