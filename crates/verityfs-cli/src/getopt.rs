@@ -11,7 +11,7 @@
 //! diagnostics, which glibc prints itself. Calling it reproduces all of
 //! that by construction in a few dozen lines; a Rust re-implementation
 //! needs several hundred, and can only match one C library's version of
-//! those rules. The price is the CLI's only `unsafe` code, below, and the
+//! those rules. The price is `unsafe` code (the calls below) and the
 //! function's global state, which [`GETOPT`] serializes.
 //!
 //! Each option is checked as soon as `getopt_long` returns it, as in
