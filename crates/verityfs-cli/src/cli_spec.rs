@@ -1,18 +1,8 @@
-//! The command line as a [`clap::Command`] tree, for generating manual pages
-//! (clap_mangen) and shell completions (clap_complete), and the hidden
-//! maintenance command `verityfs generate-docs DIR` that writes them.
-//!
-//! The command line itself is not parsed with clap (`getopt.rs` reproduces
-//! glibc's `getopt_long`, as fsverity-utils uses it). The tree is derived
-//! from the same data the parser and `--help` use, so the documentation
-//! cannot drift from the program:
-//!
-//! * the subcommands, their short descriptions and usage texts come from
-//!   the command table ([`commands::commands`]);
-//! * each option (long name, `-x` alias, whether it takes a value, its help
-//!   line) comes from the command's [`LongOpt`] table;
-//! * operand names (`FILE...`, `TYPE FILE`) and option value names
-//!   (`--salt=SALT`) are read from the usage text.
+//! The command line as a [`clap::Command`] tree, built from the typed
+//! definitions ([`crate::opts`], [`crate::commands`]), for generating
+//! manual pages (clap_mangen) and shell completions (clap_complete), and
+//! the hidden maintenance command `verityfs generate-docs DIR` that writes
+//! them. clap parses nothing here.
 
 use std::ffi::OsString;
 use std::fs;
@@ -22,9 +12,11 @@ use std::path::{Path, PathBuf};
 use clap::{Arg, ArgAction, ValueHint};
 use clap_complete::Shell;
 
-use crate::commands::{self, Command, COMMON_OPTIONS, EXIT_FAILURE, EXIT_OK};
-use crate::getopt::{HasArg, LongOpt};
-use crate::output::{error_msg_errno, quote};
+use crate::commands::{self, Command, Style};
+use crate::error::{Error, Result};
+use crate::help;
+use crate::opts::{exactly, Args, Arity, Hint, Operand, Opt, OptSpec};
+use crate::output::quote;
 
 /// The program's name.
 const BIN: &str = "verityfs";
@@ -38,9 +30,12 @@ the same bytes; mount serves a directory through FUSE so that the unmodified \
 fsverity tool works on it and every byte read is checked against the Merkle \
 tree; verify scrubs verity files offline.
 
-Long options may be abbreviated to any unambiguous prefix (--hash=sha512) and \
-may follow the operands, as with GNU getopt_long. Each subcommand has its own \
-manual page, named verityfs-SUBCOMMAND.";
+The options of the subcommands shared with fsverity are parsed by the C \
+library's getopt_long, as fsverity parses them: long options may be \
+abbreviated to any unambiguous prefix (--hash=sha512) and may follow the \
+operands. The other subcommands take --name=VALUE or --name VALUE, options \
+anywhere, and describe their options with verityfs help SUBCOMMAND (or -h, \
+--help). Each subcommand has its own manual page, named verityfs-SUBCOMMAND.";
 
 /// Sections appended to `verityfs(1)`, in roff.
 const ROOT_EXTRA: &str = r#".SH "EXIT STATUS"
@@ -110,11 +105,35 @@ systemctl enable \-\-now verityfs@srv\-verity.service   # srv\-verity: systemd\-
 \fBverityfs\fR(1), \fBmount\fR(8), \fBfstab\fR(5), \fBsystemd.service\fR(5)
 "#;
 
+/// `--help`, which every command takes (`-h` too for verityfs's own).
+const HELP: OptSpec = standard(
+    "help",
+    "Print the usage (of the command, or of all) and exit",
+);
+/// `--version`, which every command takes.
+const VERSION: OptSpec = standard("version", "Print the version and exit");
+
+const fn standard(long: &'static str, help: &'static str) -> OptSpec {
+    OptSpec {
+        long,
+        short: None,
+        value: None,
+        hint: Hint::Other,
+        help,
+        doc: "",
+        new_line: false,
+    }
+}
+
+/// The visible commands.
+fn visible() -> impl Iterator<Item = &'static Command> {
+    commands::commands().iter().filter(|c| !c.hidden)
+}
+
 /// The whole command line: `verityfs` and its visible subcommands.
 pub fn command() -> clap::Command {
-    let visible: Vec<&Command> = commands::commands().iter().filter(|c| !c.hidden).collect();
-    let mut usage: Vec<String> = visible.iter().map(|c| one_line(c.usage_text())).collect();
-    usage.extend(COMMON_OPTIONS.iter().map(|o| format!("{BIN} --{}", o.name)));
+    let mut usage: Vec<String> = visible().map(help::usage_line).collect();
+    usage.extend([&HELP, &VERSION].map(|o| format!("{BIN} --{}", o.long)));
     let about = "fs-verity in user space: digests, signatures, verified reads and a FUSE mount";
     let mut root = clap::Command::new(BIN)
         .version(env!("CARGO_PKG_VERSION"))
@@ -125,166 +144,78 @@ pub fn command() -> clap::Command {
         .disable_version_flag(true)
         .disable_help_subcommand(true)
         .subcommand_required(true);
-    for opt in COMMON_OPTIONS {
+    for opt in [&HELP, &VERSION] {
         root = root.arg(option(opt, None));
     }
-    for cmd in visible {
+    for cmd in visible() {
         root = root.subcommand(subcommand(cmd));
     }
     root
 }
 
+/// The options of `cmd` as it documents them: its own, then `--help` and
+/// `--version`.
+pub fn all_options(cmd: &Command) -> Vec<(&'static OptSpec, Option<char>)> {
+    let help_short = (cmd.style == Style::Own).then_some('h');
+    let own = (cmd.options)().into_iter().map(|o| (o, o.short));
+    own.chain([(&HELP, help_short), (&VERSION, None)]).collect()
+}
+
 /// One subcommand: its options, then its operands.
 fn subcommand(cmd: &Command) -> clap::Command {
-    let usage = Usage::parse(cmd);
     let mut sub = clap::Command::new(cmd.name)
-        .about(cmd.short_desc())
-        .override_usage(one_line(cmd.usage_text()))
+        .about(cmd.about)
+        .override_usage(help::usage_line(cmd))
         .disable_help_flag(true)
         .disable_version_flag(true);
-    for opt in (cmd.longopts)().iter().chain(COMMON_OPTIONS) {
-        sub = sub.arg(option(opt, usage.value_name(opt)));
+    for (opt, short) in all_options(cmd) {
+        sub = sub.arg(option(opt, short));
     }
-    for operand in &usage.operands {
-        let mut arg = Arg::new(operand.name)
-            .value_name(operand.name)
-            .help(operand_help(cmd.name, operand.name))
-            .required(true)
-            .value_hint(hint(operand.name));
-        if operand.repeated {
-            arg = arg.num_args(1..).action(ArgAction::Append);
-        }
-        if let Some(values) = possible_values(operand.name) {
-            arg = arg.value_parser(values);
-        }
-        sub = sub.arg(arg);
+    for operand in cmd.operands {
+        sub = sub.arg(operand_arg(operand));
     }
     sub
 }
 
-/// The clap argument for one getopt option.
-fn option(opt: &LongOpt, value_name: Option<&str>) -> Arg {
-    let mut arg = Arg::new(opt.name).long(opt.name).help(opt.help);
-    if let Some(letter) = opt.short {
-        arg = arg.short(char::from(letter));
+/// The clap argument for one option.
+fn option(opt: &OptSpec, short: Option<char>) -> Arg {
+    let mut arg = Arg::new(opt.long).long(opt.long).help(opt.help);
+    if !opt.doc.is_empty() {
+        arg = arg.long_help(format!("{}. {}", opt.help, opt.doc));
     }
-    match opt.has_arg {
-        HasArg::No => arg.action(ArgAction::SetTrue),
-        HasArg::Required => {
-            let name = value_name
-                .map(str::to_owned)
-                .unwrap_or_else(|| opt.name.to_uppercase().replace('-', "_"));
-            let hint = hint(&name);
-            if let Some(values) = possible_values(&name) {
-                arg = arg.value_parser(values);
-            }
-            arg.num_args(1)
-                .value_name(name)
-                .value_hint(hint)
-                .action(ArgAction::Append)
-        }
+    if let Some(letter) = short {
+        arg = arg.short(letter);
+    }
+    match opt.value {
+        None => arg.action(ArgAction::SetTrue),
+        Some(name) => with_hint(arg, opt.hint)
+            .num_args(1)
+            .value_name(name)
+            .action(ArgAction::Append),
     }
 }
 
-/// What an operand is, for the OPTIONS section of the manual pages.
-fn operand_help(cmd: &str, name: &str) -> &'static str {
-    match (cmd, name) {
-        ("digest" | "sign", "FILE") => "The file to compute the fs-verity digest of",
-        ("dump_metadata", "TYPE") => "The metadata item to write to standard output",
-        ("enable", "FILE") => "The file to enable fs-verity on",
-        ("dump_metadata" | "measure", "FILE") => "A verity file",
-        ("sign", "OUT_SIGFILE") => "Where to write the PKCS#7 DER signature",
-        ("mount", "BACKING") => "The directory holding the files (and their Merkle trees)",
-        ("mount", "MOUNTPOINT") => "Where to mount the verity view of BACKING",
-        ("verify", "PATH") => "A verity backing file, or a directory to scan recursively",
-        _ => "",
+/// The clap argument for one operand.
+fn operand_arg(operand: &Operand) -> Arg {
+    let arg = Arg::new(operand.name)
+        .value_name(operand.name)
+        .help(operand.help)
+        .required(operand.arity != Arity::Any);
+    let arg = with_hint(arg, operand.hint);
+    match operand.arity {
+        Arity::One => arg,
+        Arity::OneOrMore | Arity::Any => arg.num_args(1..).action(ArgAction::Append),
     }
 }
 
-/// What shells should complete a value named `name` with.
-fn hint(name: &str) -> ValueHint {
-    match name {
-        "DIR" | "BACKING" | "MOUNTPOINT" => ValueHint::DirPath,
-        "PATH" | "PEM" => ValueHint::AnyPath,
-        n if n.ends_with("FILE") => ValueHint::FilePath,
-        _ => ValueHint::Other,
-    }
-}
-
-/// The values an operand or option value named `name` may take, when they
-/// are a fixed list.
-fn possible_values(name: &str) -> Option<Vec<&'static str>> {
-    match name {
-        "HASH_ALG" => Some(
-            verityfs::HashAlgorithm::ALL
-                .iter()
-                .map(|a| a.name())
-                .collect(),
-        ),
-        "TYPE" => Some(
-            crate::cmd_dump_metadata::METADATA_TYPES
-                .iter()
-                .map(|(n, _)| *n)
-                .collect(),
-        ),
-        _ => None,
-    }
-}
-
-/// A usage text on one line, without the indentation.
-fn one_line(usage: &str) -> String {
-    usage.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// An operand named in a usage text.
-struct Operand {
-    /// `FILE`, `MOUNTPOINT`...
-    name: &'static str,
-    /// Written `NAME...`: one or more.
-    repeated: bool,
-}
-
-/// What a usage text says beyond the option table.
-struct Usage {
-    /// The operands, in order.
-    operands: Vec<Operand>,
-    /// `(option name, value name)` from each `--name=VALUE`.
-    value_names: Vec<(&'static str, &'static str)>,
-}
-
-impl Usage {
-    /// Reads `verityfs NAME OPERAND... [--opt=VALUE] [-o VALUE] ...`: words
-    /// outside brackets are operands, `--name=VALUE` inside name the values.
-    fn parse(cmd: &Command) -> Usage {
-        let mut usage = Usage {
-            operands: Vec::new(),
-            value_names: Vec::new(),
-        };
-        let mut depth = 0usize;
-        for word in cmd.usage_text().split_whitespace().skip(2) {
-            let opens = word.starts_with('[');
-            depth += word.matches('[').count();
-            let bare = word.trim_matches(|c| c == '[' || c == ']');
-            if let Some((name, value)) = bare.strip_prefix("--").and_then(|o| o.split_once('=')) {
-                usage.value_names.push((name, value));
-            } else if depth == 0 && !opens && !bare.starts_with('-') {
-                let name = bare.trim_end_matches("...");
-                usage.operands.push(Operand {
-                    name,
-                    repeated: name.len() != bare.len(),
-                });
-            }
-            depth = depth.saturating_sub(word.matches(']').count());
-        }
-        usage
-    }
-
-    /// The value name the usage gives `opt`, if any.
-    fn value_name(&self, opt: &LongOpt) -> Option<&'static str> {
-        self.value_names
-            .iter()
-            .find(|(name, _)| *name == opt.name)
-            .map(|&(_, value)| value)
+/// `arg`, its values completed as `hint` says.
+fn with_hint(arg: Arg, hint: Hint) -> Arg {
+    match hint {
+        Hint::Other => arg.value_hint(ValueHint::Other),
+        Hint::File => arg.value_hint(ValueHint::FilePath),
+        Hint::Dir => arg.value_hint(ValueHint::DirPath),
+        Hint::Path => arg.value_hint(ValueHint::AnyPath),
+        Hint::Values(values) => arg.value_parser(values()),
     }
 }
 
@@ -346,37 +277,34 @@ pub fn generate_docs(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(written)
 }
 
-/// Runs `verityfs generate-docs DIR`: prints the files written.
-pub fn run_generate_docs(cmd: &Command, args: &[OsString]) -> u8 {
-    let operands = match cmd.parse_options(args, &[], |_, _| Ok(())) {
-        Ok(operands) => operands,
-        Err(status) => return status,
-    };
-    let [dir] = operands.as_slice() else {
-        return cmd.usage_error();
-    };
-    match generate_docs(Path::new(dir)) {
-        Ok(files) => {
-            let mut out = io::stdout().lock();
-            for file in files {
-                let _ = writeln!(out, "{}", file.display());
-            }
-            EXIT_OK
+/// `verityfs generate-docs DIR`: no options.
+#[derive(Default)]
+pub struct DocsArgs;
+
+impl Args for DocsArgs {
+    const OPTIONS: &'static [Opt<Self>] = &[];
+    const OPERANDS: &'static [Operand] = &[Operand::one(
+        "DIR",
+        "Where to write man/ and completions/",
+        Hint::Dir,
+    )];
+
+    /// Writes the files and prints their names.
+    fn run(self, _: &Command, operands: Vec<OsString>) -> Result<()> {
+        let [dir] = exactly(operands)?;
+        let files = generate_docs(Path::new(&dir))
+            .map_err(|e| Error::io(quote("can't write the documentation to '", &dir, "'"), &e))?;
+        let mut out = io::stdout().lock();
+        for file in files {
+            let _ = writeln!(out, "{}", file.display());
         }
-        Err(e) => {
-            error_msg_errno(quote("can't write the documentation to '", dir, "'"), &e);
-            EXIT_FAILURE
-        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn visible() -> impl Iterator<Item = &'static Command> {
-        commands::commands().iter().filter(|c| !c.hidden)
-    }
 
     /// A man page's text with roff's escaped hyphens made plain.
     fn plain(roff: &[u8]) -> String {
@@ -386,64 +314,22 @@ mod tests {
     }
 
     #[test]
-    fn usage_texts_and_option_tables_agree() {
-        for cmd in commands::commands() {
-            let usage = cmd.usage_text();
-            let opts = (cmd.longopts)();
-            for opt in &opts {
-                let long = format!("--{}", opt.name);
-                let short = opt.short.map(|c| format!("-{}", char::from(c)));
-                assert!(
-                    usage.contains(&long) || short.is_some_and(|s| usage.contains(&s)),
-                    "{}: {long} missing from the usage",
-                    cmd.name
-                );
-                assert!(!opt.help.is_empty(), "{}: {long} has no help", cmd.name);
-            }
-            for word in usage.split(['[', ']', ' ', '\n', '=']) {
-                if let Some(name) = word.strip_prefix("--") {
-                    assert!(
-                        opts.iter().any(|o| o.name == name),
-                        "{}: usage names --{name}, which the table lacks",
-                        cmd.name
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn usage_operands_and_value_names() {
-        let find = |name| {
-            commands::commands()
-                .iter()
-                .find(|c| c.name == name)
-                .unwrap()
-        };
-        let u = Usage::parse(find("dump_metadata"));
-        let ops: Vec<_> = u.operands.iter().map(|o| (o.name, o.repeated)).collect();
-        assert_eq!(ops, [("TYPE", false), ("FILE", false)]);
-        assert_eq!(u.value_names, [("offset", "OFFSET"), ("length", "LENGTH")]);
-        let u = Usage::parse(find("digest"));
-        let ops: Vec<_> = u.operands.iter().map(|o| (o.name, o.repeated)).collect();
-        assert_eq!(ops, [("FILE", true)]);
-        let u = Usage::parse(find("mount"));
-        let ops: Vec<_> = u.operands.iter().map(|o| o.name).collect();
-        assert_eq!(ops, ["BACKING", "MOUNTPOINT"]);
-        assert!(Usage::parse(find("bench")).operands.is_empty());
-    }
-
-    #[test]
     fn clap_tree_is_valid() {
         command().debug_assert();
     }
 
     #[test]
-    fn man_pages_mention_every_subcommand_and_option() {
+    fn every_option_is_in_the_man_page_the_help_and_the_bash_completion() {
         let pages = man_pages().unwrap();
         let (name, root) = &pages[0];
         assert_eq!(name, "verityfs.1");
         let root = plain(root);
+        let completions = completions();
+        let (_, bash) = completions
+            .iter()
+            .find(|(n, _)| n == "verityfs.bash")
+            .unwrap();
+        let bash = String::from_utf8(bash.clone()).unwrap();
         for cmd in visible() {
             assert!(
                 root.contains(&format!("verityfs-{}(1)", cmd.name)),
@@ -453,19 +339,43 @@ mod tests {
             let file = format!("verityfs-{}.1", cmd.name);
             let (_, page) = pages.iter().find(|(n, _)| *n == file).expect(&file);
             let page = plain(page);
-            assert!(page.contains(cmd.short_desc()), "{file}: no description");
-            for opt in (cmd.longopts)().iter().chain(COMMON_OPTIONS) {
-                assert!(
-                    page.contains(&format!("--{}", opt.name)),
-                    "{file}: --{}",
-                    opt.name
-                );
-                if let Some(c) = opt.short {
-                    assert!(page.contains(&format!("-{}", char::from(c))), "{file}");
+            assert!(page.contains(cmd.about), "{file}: no description");
+            let help = help::help(cmd);
+            // The words bash offers after `verityfs NAME`: the `opts=` line
+            // of the function's case for NAME.
+            let case = format!("verityfs__subcmd__{})", cmd.name.replace('-', "__subcmd__"));
+            let mut lines = bash.lines().skip_while(|l| l.trim() != case);
+            let words = lines.nth(1).expect(&case);
+            assert!(words.trim().starts_with("opts="), "{words}");
+            for (opt, short) in all_options(cmd) {
+                let long = format!("--{}", opt.long);
+                assert!(page.contains(&long), "{file}: {long}");
+                assert!(words.contains(&long), "bash, {}: {long}", cmd.name);
+                if let Some(c) = short {
+                    assert!(page.contains(&format!("-{c}")), "{file}: -{c}");
+                }
+                if !matches!(opt.long, "help" | "version") {
+                    assert!(help.contains(&long), "verityfs {} --help: {long}", cmd.name);
+                    if let (Style::Own, Some(c)) = (cmd.style, short) {
+                        assert!(help.contains(&format!("-{c}, {long}")), "{}", cmd.name);
+                    }
                 }
             }
         }
         assert!(!pages.iter().any(|(n, _)| n.contains("generate")));
         assert!(!root.contains("generate-docs"));
+    }
+
+    #[test]
+    fn option_names_are_unique_per_command() {
+        for cmd in commands::commands() {
+            let opts = all_options(cmd);
+            for (i, (a, sa)) in opts.iter().enumerate() {
+                for (b, sb) in &opts[i + 1..] {
+                    assert_ne!(a.long, b.long, "{}", cmd.name);
+                    assert!(sa.is_none() || sa != sb, "{}: -{sa:?}", cmd.name);
+                }
+            }
+        }
     }
 }

@@ -21,7 +21,6 @@
 //! table, to `--json` and to a PNG chart at `--chart`.
 
 use std::ffi::{OsStr, OsString};
-use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use crate::bench::files::{TestFiles, HUGE_NAME, PLAIN_NAME, VERITY_NAME};
@@ -32,36 +31,9 @@ use crate::bench::measure::{
 use crate::bench::mount::Mount;
 use crate::bench::report::{HugeSample, RandomSample, Report, Run, Seq, SeqSample};
 use crate::bench::{note, Config, Context, Result};
-use crate::commands::{Command, EXIT_FAILURE, EXIT_OK};
-use crate::getopt::{Getopt, LongOpt};
-use crate::output::error_msg;
-
-const OPT_DIR: u32 = 1;
-const OPT_SIZE: u32 = 2;
-const OPT_RUNS: u32 = 3;
-const OPT_JSON: u32 = 4;
-const OPT_CHART: u32 = 5;
-const OPT_HUGE: u32 = 6;
-
-/// The options of `verityfs bench`.
-pub const LONGOPTS: &[LongOpt] = &[
-    LongOpt::required("dir", OPT_DIR).with_help(
-        "Directory for the test files, mount point and outputs, on the disk to measure \
-         (default /var/tmp/verityfs-bench)",
-    ),
-    LongOpt::required("size", OPT_SIZE)
-        .with_help("Size of the test file in bytes, with a K, M or G suffix (default 250000000)"),
-    LongOpt::required("runs", OPT_RUNS)
-        .with_help("Runs of every measurement; the median is reported (default 3)"),
-    LongOpt::required("json", OPT_JSON)
-        .with_help("Where to write the results as JSON (default DIR/bench.json)"),
-    LongOpt::required("chart", OPT_CHART)
-        .with_help("Where to draw the PNG bar chart (default DIR/bench.png)"),
-    LongOpt::required("huge", OPT_HUGE).with_help(
-        "Also read a sparse verity file of this size (e.g. 10G) through the mount \
-         and report the daemon's peak memory",
-    ),
-];
+use crate::commands::Command;
+use crate::error::Error;
+use crate::opts::{exactly, Args, Hint, Operand, Opt};
 
 /// Default `--dir`.
 const DEFAULT_DIR: &str = "/var/tmp/verityfs-bench";
@@ -77,7 +49,7 @@ const TOOLS: &[(&str, &str)] = &[("sha256sum", "coreutils"), ("openssl", "openss
 
 /// Options as given, before defaults that depend on `--dir`.
 #[derive(Default)]
-struct Args {
+pub struct BenchArgs {
     dir: Option<PathBuf>,
     size: Option<u64>,
     runs: Option<usize>,
@@ -86,83 +58,112 @@ struct Args {
     huge: Option<u64>,
 }
 
-/// Runs `verityfs bench`.
-pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
-    let mut parsed = Args::default();
-    let mut getopt = Getopt::new(cmd.name, args, LONGOPTS);
-    for opt in getopt.by_ref() {
-        let ok = match opt {
-            Ok((id, value)) => parsed.take(id, &value.unwrap_or_default()),
-            Err(e) => {
-                let _ = io::stderr().write_all(&[e.message(), b"\n"].concat());
-                false
-            }
-        };
-        if !ok {
-            return cmd.usage_error();
-        }
-    }
-    if !getopt.into_operands().is_empty() {
-        return cmd.usage_error();
-    }
-    let dir = parsed.dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
-    let config = Config {
-        json: parsed.json.unwrap_or_else(|| dir.join("bench.json")),
-        chart: parsed.chart.unwrap_or_else(|| dir.join("bench.png")),
-        size: parsed.size.unwrap_or(DEFAULT_SIZE),
-        runs: parsed.runs.unwrap_or(DEFAULT_RUNS),
-        huge: parsed.huge,
-        dir,
-    };
-    if !measure::is_root() {
-        error_msg(
-            "verityfs bench must run as root: it drops the page cache \
-             (echo 3 > /proc/sys/vm/drop_caches) before every cold read and mounts FUSE filesystems",
-        );
-        return EXIT_FAILURE;
-    }
-    match bench(&config) {
-        Ok(()) => EXIT_OK,
-        Err(e) => {
-            error_msg(e);
-            EXIT_FAILURE
-        }
-    }
-}
-
-impl Args {
-    fn take(&mut self, id: u32, value: &OsStr) -> bool {
-        let text = value.to_string_lossy();
-        match id {
-            OPT_DIR => self.dir = Some(value.into()),
-            OPT_JSON => self.json = Some(value.into()),
-            OPT_CHART => self.chart = Some(value.into()),
-            OPT_SIZE => match parse_size(&text) {
-                Some(n) if n >= MIN_SIZE => self.size = Some(n),
-                _ => {
-                    error_msg(format!(
+impl Args for BenchArgs {
+    const OPTIONS: &'static [Opt<Self>] = &[
+        Opt::<Self>::value(
+            "dir",
+            "DIR",
+            "Directory for the test files, mount point and outputs",
+            |a, v| {
+                a.dir = Some(v.into());
+                Ok(())
+            },
+        )
+        .hint(Hint::Dir)
+        .doc("On the disk to measure (default /var/tmp/verityfs-bench)."),
+        Opt::<Self>::value(
+            "size",
+            "BYTES",
+            "Size of the test file in bytes, with a K, M or G suffix (default 250000000)",
+            |a, v| {
+                let text = v.to_string_lossy();
+                match parse_size(&text) {
+                    Some(n) if n >= MIN_SIZE => {
+                        a.size = Some(n);
+                        Ok(())
+                    }
+                    _ => Err(Error::usage_msg(format!(
                         "invalid --size: {text} (bytes, at least {MIN_SIZE}; K, M, G suffixes are powers of 1024)"
-                    ));
-                    return false;
+                    ))),
                 }
             },
-            OPT_HUGE => match parse_size(&text) {
-                Some(n) if n >= MIN_SIZE => self.huge = Some(n),
-                _ => {
-                    error_msg(format!("invalid --huge: {text} (bytes, e.g. 10G)"));
-                    return false;
+        ),
+        Opt::<Self>::value(
+            "runs",
+            "N",
+            "Runs of every measurement; the median is reported (default 3)",
+            |a, v| {
+                let text = v.to_string_lossy();
+                match text.parse::<usize>() {
+                    Ok(n @ 1..=100) => {
+                        a.runs = Some(n);
+                        Ok(())
+                    }
+                    _ => Err(Error::usage_msg(format!(
+                        "invalid --runs: {text} (1 to 100)"
+                    ))),
                 }
             },
-            OPT_RUNS => match text.parse::<usize>() {
-                Ok(n @ 1..=100) => self.runs = Some(n),
-                _ => {
-                    error_msg(format!("invalid --runs: {text} (1 to 100)"));
-                    return false;
+        ),
+        Opt::<Self>::value(
+            "json",
+            "FILE",
+            "Where to write the results as JSON (default DIR/bench.json)",
+            |a, v| {
+                a.json = Some(v.into());
+                Ok(())
+            },
+        )
+        .hint(Hint::File),
+        Opt::<Self>::value(
+            "chart",
+            "FILE",
+            "Where to draw the PNG bar chart (default DIR/bench.png)",
+            |a, v| {
+                a.chart = Some(v.into());
+                Ok(())
+            },
+        )
+        .hint(Hint::File),
+        Opt::<Self>::value(
+            "huge",
+            "BYTES",
+            "Also read a sparse verity file of this size (e.g. 10G) through the mount",
+            |a, v| {
+                let text = v.to_string_lossy();
+                match parse_size(&text) {
+                    Some(n) if n >= MIN_SIZE => {
+                        a.huge = Some(n);
+                        Ok(())
+                    }
+                    _ => Err(Error::usage_msg(format!(
+                        "invalid --huge: {text} (bytes, e.g. 10G)"
+                    ))),
                 }
             },
-            _ => unreachable!("unknown option id {id}"),
+        )
+        .doc("And report the daemon's peak memory."),
+    ];
+    const OPERANDS: &'static [Operand] = &[];
+
+    fn run(self, _: &Command, operands: Vec<OsString>) -> std::result::Result<(), Error> {
+        let [] = exactly(operands)?;
+        let dir = self.dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
+        let config = Config {
+            json: self.json.unwrap_or_else(|| dir.join("bench.json")),
+            chart: self.chart.unwrap_or_else(|| dir.join("bench.png")),
+            size: self.size.unwrap_or(DEFAULT_SIZE),
+            runs: self.runs.unwrap_or(DEFAULT_RUNS),
+            huge: self.huge,
+            dir,
+        };
+        if !measure::is_root() {
+            return Err(Error::msg(
+                "verityfs bench must run as root: it drops the page cache \
+                 (echo 3 > /proc/sys/vm/drop_caches) before every cold read and mounts FUSE filesystems",
+            ));
         }
-        true
+        bench(&config).map_err(Error::msg)
     }
 }
 
@@ -399,11 +400,15 @@ mod tests {
 
     #[test]
     fn options() {
-        let mut args = Args::default();
-        assert!(args.take(OPT_SIZE, OsStr::new("8M")));
-        assert!(args.take(OPT_RUNS, OsStr::new("5")));
-        assert!(!args.take(OPT_RUNS, OsStr::new("0")));
-        assert!(!args.take(OPT_SIZE, OsStr::new("1K")));
+        let mut args = BenchArgs::default();
+        let mut set = |name: &str, value: &str| {
+            let opt = BenchArgs::OPTIONS.iter().find(|o| o.spec.long == name);
+            (opt.unwrap().set)(&mut args, value.into()).is_ok()
+        };
+        assert!(set("size", "8M"));
+        assert!(set("runs", "5"));
+        assert!(!set("runs", "0"));
+        assert!(!set("size", "1K"));
         assert_eq!((args.size, args.runs), (Some(8 << 20), Some(5)));
     }
 }

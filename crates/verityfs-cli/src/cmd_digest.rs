@@ -6,67 +6,69 @@ use std::os::unix::ffi::OsStrExt;
 
 use verityfs::{descriptor::formatted_digest, Descriptor};
 
-use crate::commands::{usage_unless, Command, EXIT_FAILURE, EXIT_OK};
-use crate::file_digest::{self, DigestOptions};
-use crate::getopt::LongOpt;
+use crate::commands::Command;
+use crate::error::Result;
+use crate::file_digest::{out_descriptor, out_merkle_tree, DigestOptions, HasDigest};
+use crate::opts::{at_least_one, Args, Hint, Operand, Opt};
 use crate::output::print_stdout;
-
-const OPT_COMPACT: u32 = 1;
-const OPT_FOR_BUILTIN_SIG: u32 = 2;
-
-/// The options of `digest` after the shared ones ([`file_digest::longopts`]).
-const LONGOPTS: &[LongOpt] = &[
-    LongOpt::flag("compact", OPT_COMPACT)
-        .with_help("Print only the digest's hex string, without algorithm and file name"),
-    LongOpt::flag("for-builtin-sig", OPT_FOR_BUILTIN_SIG).with_help(
-        "Print the digest as a struct fsverity_formatted_digest, for built-in signatures",
-    ),
-];
-
-/// All the options of `digest`, in fsverity's table order.
-pub fn longopts() -> Vec<LongOpt> {
-    file_digest::longopts(&[], LONGOPTS)
-}
+use crate::tree_params::{block_size, hash_alg, salt};
 
 /// Everything the options of `digest` ask for.
 #[derive(Default)]
-struct DigestArgs {
+pub struct DigestArgs {
     digest: DigestOptions,
     compact: bool,
     for_builtin_sig: bool,
 }
 
-/// Runs `verityfs digest`.
-pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
-    let mut opts = DigestArgs::default();
-    let longopts = longopts();
-    let parsed = cmd.parse_options(args, &longopts, |id, value| {
-        usage_unless(opts.take(id, &value))
-    });
-    let files = match parsed {
-        Ok(files) if !files.is_empty() => files,
-        Ok(_) => return cmd.usage_error(),
-        Err(status) => return status,
-    };
-    for name in &files {
-        match opts.digest.compute(name) {
-            Ok(descriptor) => print_stdout(&opts.output_line(&descriptor, name)),
-            Err(()) => return EXIT_FAILURE,
-        }
+impl HasDigest for DigestArgs {
+    fn digest(&mut self) -> &mut DigestOptions {
+        &mut self.digest
     }
-    EXIT_OK
+}
+
+impl Args for DigestArgs {
+    const OPTIONS: &'static [Opt<Self>] = &[
+        hash_alg(),
+        block_size(),
+        salt(),
+        out_merkle_tree(),
+        out_descriptor(),
+        Opt::<Self>::flag(
+            "compact",
+            "Print only the digest's hex string, without algorithm and file name",
+            |a, _| {
+                a.compact = true;
+                Ok(())
+            },
+        )
+        .new_line(),
+        Opt::<Self>::flag(
+            "for-builtin-sig",
+            "Print the digest as a struct fsverity_formatted_digest, for built-in signatures",
+            |a, _| {
+                a.for_builtin_sig = true;
+                Ok(())
+            },
+        ),
+    ];
+    const OPERANDS: &'static [Operand] = &[Operand::one(
+        "FILE",
+        "The file to compute the fs-verity digest of",
+        Hint::File,
+    )
+    .times(crate::opts::Arity::OneOrMore)];
+
+    fn run(self, _: &Command, operands: Vec<OsString>) -> Result<()> {
+        for name in &at_least_one(operands)? {
+            let descriptor = self.digest.compute(name)?;
+            print_stdout(&self.output_line(&descriptor, name));
+        }
+        Ok(())
+    }
 }
 
 impl DigestArgs {
-    fn take(&mut self, id: u32, value: &OsStr) -> bool {
-        match id {
-            OPT_COMPACT => self.compact = true,
-            OPT_FOR_BUILTIN_SIG => self.for_builtin_sig = true,
-            _ => return self.digest.parse_option(id, value),
-        }
-        true
-    }
-
     /// The line printed for `descriptor` of file `name`.
     fn output_line(&self, descriptor: &Descriptor, name: &OsStr) -> Vec<u8> {
         let alg = descriptor.params().hash_algorithm();

@@ -11,23 +11,13 @@ use std::ffi::{OsStr, OsString};
 use std::io;
 use std::path::Path;
 
-use verityfs::{Error, MetadataType, ReadOptions, Verifier, VerityFile};
+use verityfs::{Error as LibError, MetadataType, ReadOptions, Verifier, VerityFile};
 
-use crate::commands::{usage_unless, Command, EXIT_FAILURE, EXIT_OK};
-use crate::getopt::LongOpt;
-use crate::output::{error_msg, error_msg_errno, print_stdout, quote};
-use crate::tree_params::parse_u64;
-
-const OPT_OFFSET: u32 = 1;
-const OPT_LENGTH: u32 = 2;
-
-/// The options of `dump_metadata`.
-pub const LONGOPTS: &[LongOpt] = &[
-    LongOpt::required("offset", OPT_OFFSET)
-        .with_help("Byte offset in the item to start at; needs --length"),
-    LongOpt::required("length", OPT_LENGTH)
-        .with_help("Bytes to dump from the item (one read); needs --offset"),
-];
+use crate::commands::Command;
+use crate::error::{Error, Result};
+use crate::opts::{exactly, Args, Hint, Operand, Opt};
+use crate::output::{print_stdout, quote};
+use crate::tree_params::{number, once};
 
 /// The values of the TYPE operand and the items they name.
 pub const METADATA_TYPES: [(&str, MetadataType); 3] = [
@@ -39,84 +29,89 @@ pub const METADATA_TYPES: [(&str, MetadataType); 3] = [
 /// Bytes asked for per read when no `--length` is given (fsverity's).
 const DEFAULT_LENGTH: u64 = 32768;
 
-/// Runs `verityfs dump_metadata`.
-pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
-    let (mut offset, mut length) = (None, None);
-    let parsed = cmd.parse_options(args, LONGOPTS, |id, value| {
-        usage_unless(match id {
-            OPT_OFFSET => take_number(&mut offset, "--offset", value),
-            _ => take_number(&mut length, "--length", value),
-        })
-    });
-    let operands = match parsed {
-        Ok(operands) => operands,
-        Err(status) => return status,
-    };
-    let [kind, name] = operands.as_slice() else {
-        return cmd.usage_error();
-    };
-    let Some(kind) = parse_metadata_type(kind) else {
-        return cmd.usage_error();
-    };
-    let range = match (offset, length) {
-        (None, Some(_)) => {
-            error_msg("--length specified without --offset");
-            return cmd.usage_error();
-        }
-        (Some(_), None) => {
-            error_msg("--offset specified without --length");
-            return cmd.usage_error();
-        }
-        (offset, length) => offset.zip(length),
-    };
-    match dump(kind, name, range) {
-        Ok(()) => EXIT_OK,
-        Err(()) => EXIT_FAILURE,
+/// Everything the options of `dump_metadata` ask for.
+#[derive(Default)]
+pub struct DumpArgs {
+    offset: Option<u64>,
+    length: Option<u64>,
+}
+
+impl Args for DumpArgs {
+    const OPTIONS: &'static [Opt<Self>] = &[
+        Opt::<Self>::value(
+            "offset",
+            "OFFSET",
+            "Byte offset in the item to start at; needs --length",
+            |a, v| {
+                once(&a.offset, "--offset")?;
+                a.offset = Some(number(&v, "--offset")?);
+                Ok(())
+            },
+        ),
+        Opt::<Self>::value(
+            "length",
+            "LENGTH",
+            "Bytes to dump from the item (one read); needs --offset",
+            |a, v| {
+                once(&a.length, "--length")?;
+                a.length = Some(number(&v, "--length")?);
+                Ok(())
+            },
+        ),
+    ];
+    const OPERANDS: &'static [Operand] = &[
+        Operand::one(
+            "TYPE",
+            "The metadata item to write to standard output",
+            Hint::Values(metadata_type_names),
+        ),
+        Operand::one("FILE", "A verity file", Hint::File),
+    ];
+
+    fn run(self, _: &Command, operands: Vec<OsString>) -> Result<()> {
+        let [kind, name] = exactly(operands)?;
+        let kind = parse_metadata_type(&kind)?;
+        let range = match (self.offset, self.length) {
+            (None, Some(_)) => return Err(Error::usage_msg("--length specified without --offset")),
+            (Some(_), None) => return Err(Error::usage_msg("--offset specified without --length")),
+            (offset, length) => offset.zip(length),
+        };
+        dump(kind, &name, range)
     }
 }
 
-/// Takes the value of `--offset` or `--length`; prints fsverity's message
-/// and returns false if it is given twice or is not a number.
-fn take_number(slot: &mut Option<u64>, name: &str, value: OsString) -> bool {
-    if slot.is_some() {
-        error_msg(format!("{name} can only be specified once"));
-        return false;
-    }
-    // Not UTF-8: not a number either.
-    *slot = value.to_str().and_then(parse_u64);
-    if slot.is_none() {
-        error_msg(format!("invalid value for {name}"));
-    }
-    slot.is_some()
+/// The names TYPE may take.
+fn metadata_type_names() -> Vec<&'static str> {
+    METADATA_TYPES.iter().map(|&(n, _)| n).collect()
 }
 
-fn parse_metadata_type(name: &OsStr) -> Option<MetadataType> {
+fn parse_metadata_type(name: &OsStr) -> Result<MetadataType> {
     let found = METADATA_TYPES
         .iter()
         .find(|(n, _)| name.as_encoded_bytes() == n.as_bytes());
-    if found.is_none() {
-        error_msg(quote("unknown metadata type: ", name, ""));
-        eprintln!("       Expected \"merkle_tree\", \"descriptor\", or \"signature\"");
-    }
-    found.map(|&(_, kind)| kind)
+    let expected = "\n       Expected \"merkle_tree\", \"descriptor\", or \"signature\"";
+    found
+        .map(|&(_, kind)| kind)
+        .ok_or_else(|| Error::usage_msg(quote("unknown metadata type: ", name, expected)))
 }
 
 /// Writes the item to stdout: the single read of `range` (which may be
-/// short), or everything in 32768-byte reads. Errors are printed here.
-fn dump(kind: MetadataType, name: &OsStr, range: Option<(u64, u64)>) -> Result<(), ()> {
+/// short), or everything in 32768-byte reads.
+fn dump(kind: MetadataType, name: &OsStr, range: Option<(u64, u64)>) -> Result<()> {
     let file = crate::locate::open(Path::new(name))
-        .map_err(|e| error_msg_errno(quote("can't open '", name, "' for reading"), &e))?
+        .map_err(|e| Error::io(quote("can't open '", name, "' for reading"), &e))?
         .file;
-    let failed = |e: Error| {
+    let failed = |e: LibError| {
         let msg = quote("FS_IOC_READ_VERITY_METADATA failed on '", name, "'");
-        error_msg_errno(msg, &io::Error::from_raw_os_error(e.errno()));
+        Error::io(msg, &io::Error::from_raw_os_error(e.errno()))
     };
     let verifier = Verifier::new(ReadOptions::default());
     let file = VerityFile::open(&verifier, file, Path::new(name)).map_err(failed)?;
     let (mut offset, length) = range.unwrap_or((0, DEFAULT_LENGTH));
     if offset.checked_add(length).is_none() {
-        failed(Error::InvalidArgument("offset + length overflows"));
-        return Err(());
+        return Err(failed(LibError::InvalidArgument(
+            "offset + length overflows",
+        )));
     }
     let length = length.min(i32::MAX as u64) as usize;
     loop {

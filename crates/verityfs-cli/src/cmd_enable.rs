@@ -19,136 +19,133 @@ use std::path::Path;
 
 use verityfs::EnableRequest;
 
-use crate::commands::{usage_unless, Command, EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
-use crate::getopt::LongOpt;
+use crate::commands::Command;
+use crate::error::{Error, Result};
 use crate::ioctl::{enable_verity, EnableParams};
-use crate::output::{error_msg, error_msg_errno, open_for_reading, quote};
+use crate::opts::{exactly, Args, Hint, Operand, Opt};
+use crate::output::{open_for_reading, quote};
 use crate::progress::bytes_bar;
-use crate::tree_params::{self, TreeArgs};
-
-const OPT_SIGNATURE: u32 = 1;
-
-/// The option of `enable` after the tree options.
-const LONGOPTS: &[LongOpt] = &[LongOpt::required("signature", OPT_SIGNATURE)
-    .with_help("Built-in signature to apply, a PKCS#7 DER file as `verityfs sign` writes")];
+use crate::tree_params::{block_size, hash_alg, once, salt, HasTree, TreeArgs};
 
 /// The name of the command that enables without a mount.
 pub const OFFLINE: &str = "enable-offline";
 
-/// All the options of `enable`: the tree options, then `--signature`.
-pub fn longopts() -> Vec<LongOpt> {
-    [&tree_params::LONGOPTS[..], LONGOPTS].concat()
-}
-
 /// Largest signature file `fsverity enable` reads.
 const MAX_SIGNATURE_FILE: u64 = 1_000_000;
 
-/// Runs `verityfs enable` and `verityfs enable-offline`.
-pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
-    let mut tree = TreeArgs::default();
-    let mut signature: Option<Vec<u8>> = None;
-    let longopts = longopts();
-    let parsed = cmd.parse_options(args, &longopts, |id, value| match id {
-        OPT_SIGNATURE if signature.is_some() => {
-            error_msg("--signature can only be specified once");
-            Err(EXIT_USAGE)
-        }
-        // Read at once, as fsverity does: a bad file ends the command
-        // before the other options and the operands are looked at.
-        OPT_SIGNATURE => {
-            signature = Some(read_signature(&value).ok_or(EXIT_FAILURE)?);
-            Ok(())
-        }
-        _ => usage_unless(tree.parse_option(id, &value)),
-    });
-    let name = match parsed.as_deref() {
-        Ok([name]) => name,
-        Ok(_) => return cmd.usage_error(),
-        Err(&status) => return status,
-    };
-    if cmd.name == OFFLINE && crate::locate::backing_path(Path::new(name)).is_none() {
-        return enable_offline(name, &tree, signature.as_deref());
-    }
-    let Some(file) = open_for_reading(name) else {
-        return EXIT_FAILURE;
-    };
-    let params = EnableParams {
-        hash_algorithm: tree.hash_alg.unwrap_or(1),
-        block_size: tree.block_size.unwrap_or(4096),
-        salt: tree.salt.as_deref().unwrap_or_default(),
-        signature: signature.as_deref().unwrap_or_default(),
-    };
-    if let Err(e) = enable_verity(&file, &params) {
-        error_msg_errno(quote("FS_IOC_ENABLE_VERITY failed on '", name, "'"), &e);
-        return EXIT_FAILURE;
-    }
-    EXIT_OK
+/// Everything the options of `enable` ask for.
+#[derive(Default)]
+pub struct EnableArgs {
+    tree: TreeArgs,
+    signature: Option<Vec<u8>>,
 }
 
-/// Enables verity on the backing file `name` with the library.
-fn enable_offline(name: &OsStr, tree: &TreeArgs, signature: Option<&[u8]>) -> u8 {
-    let file = match OpenOptions::new().read(true).write(true).open(name) {
-        Ok(file) => file,
-        Err(e) => {
-            error_msg_errno(quote("can't open '", name, "' for writing"), &e);
-            return EXIT_FAILURE;
-        }
-    };
-    let size = file.metadata().map_or(0, |m| m.len());
-    let bar = bytes_bar(size, &name.to_string_lossy());
-    let enabled = tree.params().and_then(|params| {
-        let request = EnableRequest {
-            params,
-            signature,
-            progress: &mut |done| {
-                bar.set_position(done);
-                true
+impl HasTree for EnableArgs {
+    fn tree(&mut self) -> &mut TreeArgs {
+        &mut self.tree
+    }
+}
+
+impl Args for EnableArgs {
+    const OPTIONS: &'static [Opt<Self>] = &[
+        hash_alg(),
+        block_size(),
+        salt(),
+        Opt::<Self>::value(
+            "signature",
+            "SIGFILE",
+            "Built-in signature to apply, a PKCS#7 DER file as `verityfs sign` writes",
+            // Read at once, as fsverity does: a bad file ends the command
+            // before the other options and the operands are looked at.
+            |a, v| {
+                once(&a.signature, "--signature")?;
+                a.signature = Some(read_signature(&v)?);
+                Ok(())
             },
-        };
-        verityfs::enable_verity(&file, request)
-    });
-    bar.finish_and_clear();
-    match enabled {
-        Ok(_) => EXIT_OK,
-        Err(e) => {
-            error_msg(quote("can't enable verity on '", name, &format!("': {e}")));
-            EXIT_FAILURE
+        )
+        .hint(Hint::File)
+        .new_line(),
+    ];
+    const OPERANDS: &'static [Operand] = &[Operand::one(
+        "FILE",
+        "The file to enable fs-verity on",
+        Hint::File,
+    )];
+
+    fn run(self, cmd: &Command, operands: Vec<OsString>) -> Result<()> {
+        let [name] = exactly(operands)?;
+        if cmd.name == OFFLINE && crate::locate::backing_path(Path::new(&name)).is_none() {
+            return self.enable_offline(&name);
         }
+        let file = open_for_reading(&name)?;
+        let params = EnableParams {
+            hash_algorithm: self.tree.hash_alg.unwrap_or(1),
+            block_size: self.tree.block_size.unwrap_or(4096),
+            salt: self.tree.salt.as_deref().unwrap_or_default(),
+            signature: self.signature.as_deref().unwrap_or_default(),
+        };
+        enable_verity(&file, &params)
+            .map_err(|e| Error::io(quote("FS_IOC_ENABLE_VERITY failed on '", &name, "'"), &e))
+    }
+}
+
+impl EnableArgs {
+    /// Enables verity on the backing file `name` with the library.
+    fn enable_offline(&self, name: &OsStr) -> Result<()> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(name)
+            .map_err(|e| Error::io(quote("can't open '", name, "' for writing"), &e))?;
+        let size = file.metadata().map_or(0, |m| m.len());
+        let bar = bytes_bar(size, &name.to_string_lossy());
+        let enabled = self.tree.params().and_then(|params| {
+            let request = EnableRequest {
+                params,
+                signature: self.signature.as_deref(),
+                progress: &mut |done| {
+                    bar.set_position(done);
+                    true
+                },
+            };
+            verityfs::enable_verity(&file, request)
+        });
+        bar.finish_and_clear();
+        enabled
+            .map(drop)
+            .map_err(|e| Error::msg(quote("can't enable verity on '", name, &format!("': {e}"))))
     }
 }
 
 /// Reads a signature file as fsverity's `read_signature()` does: it must be
 /// non-empty and at most 1,000,000 bytes by `fstat()`, and then hold that
-/// many bytes. Errors are printed here.
-fn read_signature(name: &OsStr) -> Option<Vec<u8>> {
+/// many bytes.
+fn read_signature(name: &OsStr) -> Result<Vec<u8>> {
     let mut file = open_for_reading(name)?;
     let size = file
         .metadata()
-        .map_err(|e| error_msg_errno(quote("can't stat file '", name, "'"), &e))
-        .ok()?
+        .map_err(|e| Error::io(quote("can't stat file '", name, "'"), &e))?
         .len();
     if size == 0 {
-        error_msg(quote("signature file '", name, "' is empty"));
-        return None;
+        return Err(Error::msg(quote("signature file '", name, "' is empty")));
     }
     if size > MAX_SIGNATURE_FILE {
-        error_msg(quote("signature file '", name, "' is too large"));
-        return None;
+        return Err(Error::msg(quote(
+            "signature file '",
+            name,
+            "' is too large",
+        )));
     }
     let mut sig = vec![0; size as usize];
     let mut done = 0;
     while done < sig.len() {
         match file.read(&mut sig[done..]) {
             Ok(0) => {
-                error_msg(quote("unexpected end-of-file on '", name, "'"));
-                return None;
+                return Err(Error::msg(quote("unexpected end-of-file on '", name, "'")));
             }
             Ok(n) => done += n,
-            Err(e) => {
-                error_msg_errno(quote("reading from '", name, "'"), &e);
-                return None;
-            }
+            Err(e) => return Err(Error::io(quote("reading from '", name, "'"), &e)),
         }
     }
-    Some(sig)
+    Ok(sig)
 }

@@ -15,36 +15,37 @@ use std::path::Path;
 
 use verityfs::{HashAlgorithm, ReadOptions, Verifier, VerityFile};
 
-use crate::commands::{Command, EXIT_FAILURE, EXIT_OK};
+use crate::commands::Command;
+use crate::error::{Error, Result};
 use crate::ioctl::measure_verity;
-use crate::output::{error_msg_errno, open_for_reading, print_stdout, quote};
+use crate::opts::{at_least_one, Args, Arity, Hint, Operand, Opt};
+use crate::output::{open_for_reading, print_stdout, quote};
 
-/// Runs `verityfs measure`.
-pub fn run(cmd: &Command, files: &[OsString]) -> u8 {
-    if files.is_empty() {
-        return cmd.usage_error();
+/// `measure` has no options.
+#[derive(Default)]
+pub struct MeasureArgs;
+
+impl Args for MeasureArgs {
+    const OPTIONS: &'static [Opt<Self>] = &[];
+    const OPERANDS: &'static [Operand] =
+        &[Operand::one("FILE", "A verity file", Hint::File).times(Arity::OneOrMore)];
+
+    fn run(self, _: &Command, operands: Vec<OsString>) -> Result<()> {
+        for name in &at_least_one(operands)? {
+            let file = open_for_reading(name)?;
+            let measured = measure_verity(&file).or_else(|e| measure_stored(&file).ok_or(e));
+            let (alg, digest) = measured.map_err(|e| {
+                Error::io(quote("FS_IOC_MEASURE_VERITY failed on '", name, "'"), &e)
+            })?;
+            let alg_name = match HashAlgorithm::from_id(alg.into()) {
+                Ok(known) => known.name().to_owned(),
+                Err(_) => format!("ALG_{alg}"),
+            };
+            let hex = verityfs::hash_algs::to_hex(&digest);
+            print_stdout(&quote(&format!("{alg_name}:{hex} "), name, "\n"));
+        }
+        Ok(())
     }
-    for name in files {
-        let Some(file) = open_for_reading(name) else {
-            return EXIT_FAILURE;
-        };
-        let measured = measure_verity(&file).or_else(|e| measure_stored(&file).ok_or(e));
-        let (alg, digest) = match measured {
-            Ok(measured) => measured,
-            Err(e) => {
-                let what = quote("FS_IOC_MEASURE_VERITY failed on '", name, "'");
-                error_msg_errno(what, &e);
-                return EXIT_FAILURE;
-            }
-        };
-        let alg_name = match HashAlgorithm::from_id(alg.into()) {
-            Ok(known) => known.name().to_owned(),
-            Err(_) => format!("ALG_{alg}"),
-        };
-        let hex = verityfs::hash_algs::to_hex(&digest);
-        print_stdout(&quote(&format!("{alg_name}:{hex} "), name, "\n"));
-    }
-    EXIT_OK
 }
 
 /// The algorithm number and digest of `file` if it is a verity file of the

@@ -7,38 +7,45 @@
 
 use std::ffi::OsString;
 
-use crate::commands::{Command, EXIT_FAILURE, EXIT_OK};
-use crate::output::{error_msg, error_msg_errno, print_stdout, quote};
+use crate::commands::Command;
+use crate::error::{Error, Result};
+use crate::opts::{exactly, Args, Hint, Operand, Opt};
+use crate::output::{print_stdout, quote};
 
-/// Runs `verityfs stats`.
-pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
-    let operands = match cmd.parse_options(args, &[], |_, _| Ok(())) {
-        Ok(operands) => operands,
-        Err(status) => return status,
-    };
-    let [mountpoint] = operands.as_slice() else {
-        return cmd.usage_error();
-    };
-    let mut buf = vec![0u8; 4096];
-    match rustix::fs::getxattr(
-        mountpoint.as_os_str(),
-        verityfs_fuse::STATS_XATTR,
-        &mut buf[..],
-    ) {
-        Ok(n) => {
-            print_stdout(&buf[..n]);
-            EXIT_OK
-        }
-        // Only the root of a verityfs mount has the attribute.
-        Err(rustix::io::Errno::NODATA | rustix::io::Errno::NOTSUP) => {
-            let what = "' is not a verityfs mount (or not its root directory)";
-            error_msg(quote("'", mountpoint, what));
-            EXIT_FAILURE
-        }
-        Err(e) => {
-            let what = quote("can't read the counters of '", mountpoint, "'");
-            error_msg_errno(what, &e.into());
-            EXIT_FAILURE
+/// `stats` has no options.
+#[derive(Default)]
+pub struct StatsArgs;
+
+impl Args for StatsArgs {
+    const OPTIONS: &'static [Opt<Self>] = &[];
+    const OPERANDS: &'static [Operand] = &[Operand::one(
+        "MOUNTPOINT",
+        "The root directory of a running verityfs mount",
+        Hint::Dir,
+    )];
+
+    fn run(self, _: &Command, operands: Vec<OsString>) -> Result<()> {
+        let [mountpoint] = exactly(operands)?;
+        let mut buf = vec![0u8; 4096];
+        let read = rustix::fs::getxattr(
+            mountpoint.as_os_str(),
+            verityfs_fuse::STATS_XATTR,
+            &mut buf[..],
+        );
+        match read {
+            Ok(n) => {
+                print_stdout(&buf[..n]);
+                Ok(())
+            }
+            // Only the root of a verityfs mount has the attribute.
+            Err(rustix::io::Errno::NODATA | rustix::io::Errno::NOTSUP) => {
+                let what = "' is not a verityfs mount (or not its root directory)";
+                Err(Error::msg(quote("'", &mountpoint, what)))
+            }
+            Err(e) => {
+                let what = quote("can't read the counters of '", &mountpoint, "'");
+                Err(Error::io(what, &e.into()))
+            }
         }
     }
 }

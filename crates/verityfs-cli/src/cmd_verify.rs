@@ -32,38 +32,15 @@ use std::sync::Arc;
 
 use verityfs::{Corruption, ExpectedDigest, ReadOptions, Verifier};
 
-use crate::commands::{usage_unless, Command, EXIT_FAILURE, EXIT_OK};
-use crate::getopt::LongOpt;
+use crate::commands::Command;
+use crate::error::{Error, Result};
+use crate::opts::{Args, Arity, Hint, Operand, Opt};
 use crate::output::{error_msg, error_msg_errno, print_stdout, quote};
 use crate::scrub::{check_detached, check_path, FileReport, Outcome};
 
-const OPT_JSON: u32 = 1;
-const OPT_CHECK: u32 = 2;
-const OPT_DIGEST: u32 = 3;
-const OPT_TREE: u32 = 4;
-const OPT_DESCRIPTOR: u32 = 5;
-
-/// The options of `verify`.
-pub const LONGOPTS: &[LongOpt] = &[
-    LongOpt::flag("json", OPT_JSON)
-        .with_help("Print one JSON document: every file's result, digest and bad blocks"),
-    LongOpt::required("check", OPT_CHECK)
-        .with_short(b'c')
-        .with_help(
-            "Check the files listed in LIST (- for stdin) against their digests, one \
-         'sha256:HEX FILE' line each, as fsverity digest and measure print them",
-        ),
-    LongOpt::required("digest", OPT_DIGEST)
-        .with_help("Require this digest (sha256:HEX or HEX) of the single FILE"),
-    LongOpt::required("tree", OPT_TREE)
-        .with_help("Check FILE against this separate Merkle tree (needs --descriptor)"),
-    LongOpt::required("descriptor", OPT_DESCRIPTOR)
-        .with_help("Check FILE against this separate descriptor (needs --tree)"),
-];
-
 /// What the options asked for.
 #[derive(Default)]
-struct Options {
+pub struct VerifyArgs {
     json: bool,
     list: Option<OsString>,
     digest: Option<ExpectedDigest>,
@@ -71,22 +48,91 @@ struct Options {
     descriptor: Option<PathBuf>,
 }
 
-impl Options {
-    fn take(&mut self, id: u32, value: OsString) -> bool {
-        match id {
-            OPT_JSON => self.json = true,
-            OPT_CHECK => self.list = Some(value),
-            OPT_DIGEST => match value.to_str().map(str::parse::<ExpectedDigest>) {
-                Some(Ok(digest)) => self.digest = Some(digest),
-                _ => {
-                    error_msg(quote("invalid digest: '", &value, "'"));
-                    return false;
-                }
+impl Args for VerifyArgs {
+    const OPTIONS: &'static [Opt<Self>] = &[
+        Opt::<Self>::flag(
+            "json",
+            "Print one JSON document: every file's result, digest and bad blocks",
+            |a, _| {
+                a.json = true;
+                Ok(())
             },
-            OPT_TREE => self.tree = Some(value.into()),
-            _ => self.descriptor = Some(value.into()),
+        ),
+        Opt::<Self>::value(
+            "check",
+            "LIST",
+            "Check the files listed in LIST (- for stdin) against their digests",
+            |a, v| {
+                a.list = Some(v);
+                Ok(())
+            },
+        )
+        .short('c')
+        .hint(Hint::File)
+        .doc("One 'sha256:HEX FILE' line each, as fsverity digest and measure print them."),
+        Opt::<Self>::value(
+            "digest",
+            "DIGEST",
+            "Require this digest (sha256:HEX or HEX) of the single FILE",
+            |a, v| match v.to_str().map(str::parse::<ExpectedDigest>) {
+                Some(Ok(digest)) => {
+                    a.digest = Some(digest);
+                    Ok(())
+                }
+                _ => Err(Error::usage_msg(quote("invalid digest: '", &v, "'"))),
+            },
+        ),
+        Opt::<Self>::value(
+            "tree",
+            "TREE_FILE",
+            "Check FILE against this separate Merkle tree (needs --descriptor)",
+            |a, v| {
+                a.tree = Some(v.into());
+                Ok(())
+            },
+        )
+        .hint(Hint::File),
+        Opt::<Self>::value(
+            "descriptor",
+            "DESCRIPTOR_FILE",
+            "Check FILE against this separate descriptor (needs --tree)",
+            |a, v| {
+                a.descriptor = Some(v.into());
+                Ok(())
+            },
+        )
+        .hint(Hint::File),
+    ];
+    const OPERANDS: &'static [Operand] = &[Operand::one(
+        "PATH",
+        "A verity backing file, or a directory to scan recursively",
+        Hint::Path,
+    )
+    .times(Arity::Any)];
+
+    fn run(self, _: &Command, operands: Vec<OsString>) -> Result<()> {
+        let Some(mode) = self.mode(&operands) else {
+            return Err(match self.tree.is_some() != self.descriptor.is_some() {
+                true => Error::usage_msg("--tree and --descriptor go together"),
+                false => Error::usage(),
+            });
+        };
+        let mut scrub = Scrub::new(self.json);
+        let expected = self.digest.as_ref();
+        match mode {
+            Mode::List(list) => scrub.check_list(list),
+            Mode::Detached {
+                data,
+                tree,
+                descriptor,
+            } => scrub.detached(data, tree, descriptor, expected),
+            Mode::Paths(paths) => {
+                for path in paths {
+                    scrub.operand(Path::new(path), expected);
+                }
+            }
         }
-        true
+        scrub.finish()
     }
 }
 
@@ -104,7 +150,7 @@ enum Mode<'a> {
     Paths(&'a [OsString]),
 }
 
-impl Options {
+impl VerifyArgs {
     /// The mode the options and operands ask for; `None` for a combination
     /// that makes no sense (a usage error).
     fn mode<'a>(&'a self, operands: &'a [OsString]) -> Option<Mode<'a>> {
@@ -120,38 +166,6 @@ impl Options {
             _ => None,
         }
     }
-}
-
-/// Runs `verityfs verify`.
-pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
-    let mut options = Options::default();
-    let operands =
-        match cmd.parse_options(args, LONGOPTS, |id, v| usage_unless(options.take(id, v))) {
-            Ok(operands) => operands,
-            Err(status) => return status,
-        };
-    let Some(mode) = options.mode(&operands) else {
-        if options.tree.is_some() != options.descriptor.is_some() {
-            error_msg("--tree and --descriptor go together");
-        }
-        return cmd.usage_error();
-    };
-    let mut scrub = Scrub::new(options.json);
-    let expected = options.digest.as_ref();
-    match mode {
-        Mode::List(list) => scrub.check_list(list),
-        Mode::Detached {
-            data,
-            tree,
-            descriptor,
-        } => scrub.detached(data, tree, descriptor, expected),
-        Mode::Paths(paths) => {
-            for path in paths {
-                scrub.operand(Path::new(path), expected);
-            }
-        }
-    }
-    scrub.finish()
 }
 
 /// The walk, its counts and the reports kept for `--json`.
@@ -327,8 +341,9 @@ impl Scrub {
         error_msg(what);
     }
 
-    /// Prints the summary (or the JSON document); the exit status.
-    fn finish(self) -> u8 {
+    /// Prints the summary (or the JSON document); fails if anything was
+    /// corrupted or failed (as said on the way).
+    fn finish(self) -> Result<()> {
         let ok = self.corrupted == 0 && !self.failed;
         match self.json {
             Some(files) => {
@@ -349,10 +364,9 @@ impl Scrub {
                 .as_bytes(),
             ),
         }
-        if ok {
-            EXIT_OK
-        } else {
-            EXIT_FAILURE
+        match ok {
+            true => Ok(()),
+            false => Err(Error::reported()),
         }
     }
 }

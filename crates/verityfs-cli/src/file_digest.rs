@@ -9,29 +9,47 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 
-use verityfs::{build_merkle_tree, Descriptor, Error, TreeSink};
+use verityfs::{build_merkle_tree, Descriptor, Error as LibError, TreeSink};
 
-use crate::getopt::LongOpt;
-use crate::output::{error_msg, error_msg_errno, open_for_reading, quote};
+use crate::error::{Context, Error, Result};
+use crate::opts::{Hint, Opt};
+use crate::output::{open_for_reading, quote};
 use crate::progress::bytes_bar;
-use crate::tree_params::{self, TreeArgs};
+use crate::tree_params::{once, HasTree, TreeArgs};
 
-/// `--out-merkle-tree`.
-const OPT_OUT_MERKLE_TREE: u32 = 110;
+/// The arguments of a command that computes a digest.
+pub trait HasDigest {
+    /// Where the digest options go.
+    fn digest(&mut self) -> &mut DigestOptions;
+}
+
+impl<A: HasDigest> HasTree for A {
+    fn tree(&mut self) -> &mut TreeArgs {
+        &mut self.digest().tree
+    }
+}
+
+/// `--out-merkle-tree`, which starts a line of the usage texts.
+pub const fn out_merkle_tree<A: HasDigest>() -> Opt<A> {
+    Opt::<A>::value(
+        "out-merkle-tree",
+        "FILE",
+        "Write the Merkle tree to FILE, as FS_IOC_READ_VERITY_METADATA gives it",
+        |a, v| OutFile::open(&mut a.digest().out_tree, "--out-merkle-tree", &v),
+    )
+    .hint(Hint::File)
+    .new_line()
+}
+
 /// `--out-descriptor`.
-const OPT_OUT_DESCRIPTOR: u32 = 111;
-
-/// The options of a command: `before`, then those [`DigestOptions`] takes
-/// (the tree options, `--out-merkle-tree`, `--out-descriptor`), then
-/// `after`, as fsverity's tables order them.
-pub fn longopts(before: &[LongOpt], after: &[LongOpt]) -> Vec<LongOpt> {
-    let out_files = [
-        LongOpt::required("out-merkle-tree", OPT_OUT_MERKLE_TREE)
-            .with_help("Write the Merkle tree to FILE, as FS_IOC_READ_VERITY_METADATA gives it"),
-        LongOpt::required("out-descriptor", OPT_OUT_DESCRIPTOR)
-            .with_help("Write the fs-verity descriptor (256 bytes) to FILE"),
-    ];
-    [before, &tree_params::LONGOPTS, &out_files, after].concat()
+pub const fn out_descriptor<A: HasDigest>() -> Opt<A> {
+    Opt::<A>::value(
+        "out-descriptor",
+        "FILE",
+        "Write the fs-verity descriptor (256 bytes) to FILE",
+        |a, v| OutFile::open(&mut a.digest().out_descriptor, "--out-descriptor", &v),
+    )
+    .hint(Hint::File)
 }
 
 /// The tree parameters and metadata output files of a digest computation.
@@ -44,37 +62,22 @@ pub struct DigestOptions {
 }
 
 impl DigestOptions {
-    /// Takes one of the options of [`longopts`], opening output files at once
-    /// as fsverity does; prints fsverity's message and returns false when
-    /// the value is bad or the option was already given.
-    pub fn parse_option(&mut self, id: u32, value: &OsStr) -> bool {
-        match id {
-            OPT_OUT_MERKLE_TREE => OutFile::open(&mut self.out_tree, "--out-merkle-tree", value),
-            OPT_OUT_DESCRIPTOR => {
-                OutFile::open(&mut self.out_descriptor, "--out-descriptor", value)
-            }
-            _ => self.tree.parse_option(id, value),
-        }
-    }
-
     /// Computes the descriptor of file `name`, writing the tree and the
-    /// descriptor to the output files if asked. Errors are printed here,
-    /// ending with `failed to compute digest` where libfsverity failed.
-    pub fn compute(&self, name: &OsStr) -> Result<Descriptor, ()> {
-        let file = open_for_reading(name).ok_or(())?;
+    /// descriptor to the output files if asked. Errors end with `failed to
+    /// compute digest` where libfsverity failed.
+    pub fn compute(&self, name: &OsStr) -> Result<Descriptor> {
+        let file = open_for_reading(name)?;
         let size = file
             .metadata()
-            .map_err(|e| error_msg_errno(quote("can't stat file '", name, "'"), &e))?
+            .map_err(|e| Error::io(quote("can't stat file '", name, "'"), &e))?
             .len();
         self.build(&file, name, size)
             .and_then(|d| self.write_descriptor(&d).map(|()| d))
-            .map_err(|e| {
-                report_compute_error(&e, name);
-                error_msg("failed to compute digest");
-            })
+            .map_err(|e| compute_error(&e, name))
+            .context("failed to compute digest")
     }
 
-    fn build(&self, file: &File, name: &OsStr, size: u64) -> Result<Descriptor, Error> {
+    fn build(&self, file: &File, name: &OsStr, size: u64) -> Result<Descriptor, LibError> {
         let params = self.tree.params()?;
         let data = DataFile { file, name };
         let bar = bytes_bar(size, &name.to_string_lossy());
@@ -95,10 +98,10 @@ impl DigestOptions {
     }
 
     /// Appends the descriptor to `--out-descriptor`, if given.
-    fn write_descriptor(&self, descriptor: &Descriptor) -> Result<(), Error> {
+    fn write_descriptor(&self, descriptor: &Descriptor) -> Result<(), LibError> {
         if let Some(out) = &self.out_descriptor {
             let result = (&out.file).write_all(&descriptor.to_unsigned_bytes());
-            result.map_err(|e| out.failed(e, "error processing fs-verity descriptor"))?;
+            result.map_err(|e| out.failed(&e, "error processing fs-verity descriptor"))?;
         }
         Ok(())
     }
@@ -111,29 +114,22 @@ struct OutFile {
 }
 
 impl OutFile {
-    fn open(slot: &mut Option<OutFile>, opt_name: &str, path: &OsStr) -> bool {
-        if slot.is_some() {
-            error_msg(format!("{opt_name} can only be specified once"));
-            return false;
-        }
-        match create_output(path) {
-            Ok(file) => {
-                *slot = Some(OutFile {
-                    file,
-                    name: path.to_owned(),
-                })
-            }
-            Err(e) => error_msg_errno(quote("can't open '", path, "' for writing"), &e),
-        }
-        slot.is_some()
+    fn open(slot: &mut Option<OutFile>, opt_name: &str, path: &OsStr) -> Result<()> {
+        once(slot, opt_name)?;
+        let file = create_output(path).map_err(|e| {
+            Error::io(quote("can't open '", path, "' for writing"), &e).into_usage()
+        })?;
+        let name = path.to_owned();
+        *slot = Some(OutFile { file, name });
+        Ok(())
     }
 
-    /// Reports a failed write to this file as fsverity does: what failed,
+    /// A failed write to this file as fsverity reports it: what failed,
     /// then what libfsverity was doing.
-    fn failed(&self, e: io::Error, doing: &str) -> io::Error {
-        error_msg_errno(quote("writing to '", &self.name, "'"), &e);
-        error_msg(doing);
-        e
+    fn failed(&self, e: &io::Error, doing: &str) -> io::Error {
+        Error::io(quote("writing to '", &self.name, "'"), e)
+            .context(doing)
+            .into_io(e.kind())
     }
 }
 
@@ -153,22 +149,9 @@ pub fn create_output(path: &OsStr) -> io::Result<File> {
 impl TreeSink for &OutFile {
     fn write_tree_block(&mut self, pos: u64, block: &[u8]) -> io::Result<()> {
         let result = self.file.write_all_at(block, pos);
-        result.map_err(|e| self.failed(e, "error processing Merkle tree block"))
+        result.map_err(|e| self.failed(&e, "error processing Merkle tree block"))
     }
 }
-
-/// Marks a read error as already reported, so it is told apart from tree
-/// output errors.
-#[derive(Debug)]
-struct ReadFailed;
-
-impl std::fmt::Display for ReadFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("error reading file")
-    }
-}
-
-impl std::error::Error for ReadFailed {}
 
 /// The data file, reporting read errors as fsverity's `full_read()` does.
 struct DataFile<'a> {
@@ -179,8 +162,9 @@ struct DataFile<'a> {
 impl Read for DataFile<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.file.read(buf).map_err(|e| {
-            error_msg_errno(quote("reading from '", self.name, "'"), &e);
-            io::Error::new(e.kind(), ReadFailed)
+            Error::io(quote("reading from '", self.name, "'"), &e)
+                .context("error reading file")
+                .into_io(e.kind())
         })
     }
 }
@@ -198,26 +182,23 @@ fn preallocate(out: &OutFile, size: u64) -> io::Result<()> {
         true => Ok(()),
         false => Err(io::ErrorKind::Unsupported.into()),
     });
-    result.inspect_err(|_| {
+    result.map_err(|e| {
         let what = format!("preallocating {size}-byte file '");
-        error_msg(quote(&what, &out.name, "'"));
-        error_msg("error processing Merkle tree size");
+        Error::msg(quote(&what, &out.name, "'"))
+            .context("error processing Merkle tree size")
+            .into_io(e.kind())
     })
 }
 
-/// Prints what libfsverity would print for `e` before "failed to compute
+/// What libfsverity would print for `e` before "failed to compute
 /// digest".
-fn report_compute_error(e: &Error, name: &OsStr) {
+fn compute_error(e: &LibError, name: &OsStr) -> Error {
     match e {
-        Error::Io(io) if io.get_ref().is_some_and(|r| r.is::<ReadFailed>()) => {
-            error_msg("error reading file");
+        LibError::Io(io) => Error::carried(io).unwrap_or_else(Error::reported),
+        LibError::UnexpectedEof { .. } => {
+            Error::msg(quote("unexpected end-of-file on '", name, "'"))
+                .context("error reading file")
         }
-        Error::UnexpectedEof { .. } => {
-            error_msg(quote("unexpected end-of-file on '", name, "'"));
-            error_msg("error reading file");
-        }
-        // Output errors were reported where they happened.
-        Error::Io(_) => {}
-        other => error_msg(other.to_string()),
+        other => Error::msg(other.to_string()),
     }
 }

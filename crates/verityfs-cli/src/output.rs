@@ -7,6 +7,8 @@ use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Write};
 
+use crate::error::{Error, Result};
+
 /// Prints `ERROR: <msg>` to stderr, with the journal's error priority
 /// prefix (`<3>`) when stderr is the journal, as under the systemd unit.
 pub fn error_msg(msg: impl AsRef<[u8]>) {
@@ -29,12 +31,10 @@ pub fn quote(before: &str, name: &OsStr, after: &str) -> Vec<u8> {
     [before.as_bytes(), name.as_encoded_bytes(), after.as_bytes()].concat()
 }
 
-/// Opens `name` for reading as fsverity's `open_file()` does, printing
-/// `can't open '<name>' for reading: <strerror>` if it cannot.
-pub fn open_for_reading(name: &OsStr) -> Option<File> {
-    File::open(name)
-        .map_err(|e| error_msg_errno(quote("can't open '", name, "' for reading"), &e))
-        .ok()
+/// Opens `name` for reading as fsverity's `open_file()` does, failing
+/// with `can't open '<name>' for reading: <strerror>`.
+pub fn open_for_reading(name: &OsStr) -> Result<File> {
+    File::open(name).map_err(|e| Error::io(quote("can't open '", name, "' for reading"), &e))
 }
 
 /// The C library's text for an I/O error, without Rust's " (os error N)".

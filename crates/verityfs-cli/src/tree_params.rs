@@ -3,30 +3,53 @@
 //! fsverity-utils does: each option once, numbers with C's `strtoul`, and the
 //! library checks (`libfsverity_compute_digest()`) in libfsverity's order.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 
-use verityfs::{Error, HashAlgorithm, MerkleTreeParams, Salt};
+use verityfs::{Error as LibError, HashAlgorithm, MerkleTreeParams, Salt};
 
-use crate::commands::show_all_hash_algs;
-use crate::getopt::LongOpt;
-use crate::output::{error_msg, quote};
+use crate::commands::{hash_alg_names, hash_algs_line};
+use crate::error::{Error, Result};
+use crate::opts::{Hint, Opt};
+use crate::output::quote;
 
-/// Option ids of the tree options, for the getopt tables.
-pub const OPT_HASH_ALG: u32 = 100;
+/// The arguments of a command that takes the tree options.
+pub trait HasTree {
+    /// Where the tree options go.
+    fn tree(&mut self) -> &mut TreeArgs;
+}
+
+/// `--hash-alg`, which starts a line of the usage texts.
+pub const fn hash_alg<A: HasTree>() -> Opt<A> {
+    Opt::<A>::value(
+        "hash-alg",
+        "HASH_ALG",
+        "Hash algorithm of the Merkle tree: sha256 (default) or sha512",
+        |a, v| a.tree().set_hash_alg(&v),
+    )
+    .hint(Hint::Values(hash_alg_names))
+    .doc("A number (the kernel's FS_VERITY_HASH_ALG_*) is taken as it is.")
+    .new_line()
+}
+
 /// `--block-size`.
-pub const OPT_BLOCK_SIZE: u32 = 101;
-/// `--salt`.
-pub const OPT_SALT: u32 = 102;
+pub const fn block_size<A: HasTree>() -> Opt<A> {
+    Opt::<A>::value(
+        "block-size",
+        "BLOCK_SIZE",
+        "Merkle tree block size in bytes, a power of 2 (default 4096)",
+        |a, v| a.tree().set_block_size(&v),
+    )
+}
 
-/// The tree options, in fsverity's table order.
-pub const LONGOPTS: [LongOpt; 3] = [
-    LongOpt::required("hash-alg", OPT_HASH_ALG)
-        .with_help("Hash algorithm of the Merkle tree: sha256 (default) or sha512"),
-    LongOpt::required("block-size", OPT_BLOCK_SIZE)
-        .with_help("Merkle tree block size in bytes, a power of 2 (default 4096)"),
-    LongOpt::required("salt", OPT_SALT)
-        .with_help("Salt prepended to every hashed block, as a hex string (default: none)"),
-];
+/// `--salt`.
+pub const fn salt<A: HasTree>() -> Opt<A> {
+    Opt::<A>::value(
+        "salt",
+        "SALT",
+        "Salt prepended to every hashed block, as a hex string (default: none)",
+        |a, v| a.tree().set_salt(&v),
+    )
+}
 
 /// The tree options as given on the command line; unchecked against each
 /// other until [`TreeArgs::params`].
@@ -41,25 +64,51 @@ pub struct TreeArgs {
 }
 
 impl TreeArgs {
-    /// Takes one tree option; prints fsverity's message and returns false
-    /// when its value is bad or it was already given.
-    pub fn parse_option(&mut self, id: u32, value: &OsStr) -> bool {
-        match id {
-            OPT_HASH_ALG => {
-                once(&self.hash_alg, "--hash-alg") && parse_hash_alg(value, &mut self.hash_alg)
+    fn set_hash_alg(&mut self, arg: &OsStr) -> Result<()> {
+        once(&self.hash_alg, "--hash-alg")?;
+        let text = arg.to_str().unwrap_or_default();
+        let id = match strtoul(text) {
+            (n, true) if n > 0 && n < i32::MAX as u64 => n as u32,
+            _ => match arg.to_str().and_then(HashAlgorithm::from_name) {
+                Some(alg) => alg.id().into(),
+                None => {
+                    let mut msg = quote("unknown hash algorithm: '", arg, "'\n");
+                    msg.extend_from_slice(hash_algs_line().as_bytes());
+                    return Err(Error::usage_msg(msg));
+                }
+            },
+        };
+        self.hash_alg = Some(id);
+        Ok(())
+    }
+
+    fn set_block_size(&mut self, arg: &OsStr) -> Result<()> {
+        once(&self.block_size, "--block-size")?;
+        // Not UTF-8: not a number either ("x" stands for any non-digit).
+        match strtoul(arg.to_str().unwrap_or("x")) {
+            (n, true) if n > 0 && n < i32::MAX as u64 && n.is_power_of_two() => {
+                self.block_size = Some(n as u32);
+                Ok(())
             }
-            OPT_BLOCK_SIZE => {
-                once(&self.block_size, "--block-size")
-                    && parse_block_size(value, &mut self.block_size)
-            }
-            OPT_SALT => once(&self.salt, "--salt") && parse_salt(value, &mut self.salt),
-            _ => unreachable!("not a tree option: {id}"),
+            _ => Err(Error::usage_msg(quote(
+                "Invalid block size: ",
+                arg,
+                ".  Must be power of 2",
+            ))),
         }
+    }
+
+    fn set_salt(&mut self, arg: &OsStr) -> Result<()> {
+        once(&self.salt, "--salt")?;
+        let salt = hex_decode(arg.as_encoded_bytes())
+            .ok_or_else(|| Error::usage_msg("salt is not a valid hex string"))?;
+        self.salt = Some(salt);
+        Ok(())
     }
 
     /// The parameters, checked in libfsverity's order (salt size, hash
     /// algorithm, block size against the digest size).
-    pub fn params(&self) -> Result<MerkleTreeParams, Error> {
+    pub fn params(&self) -> Result<MerkleTreeParams, LibError> {
         let salt = self.salt.as_deref().unwrap_or_default();
         Salt::new(salt)?;
         let alg = HashAlgorithm::from_id(self.hash_alg.unwrap_or(1))?;
@@ -70,54 +119,24 @@ impl TreeArgs {
     }
 }
 
-fn once<T>(slot: &Option<T>, name: &str) -> bool {
-    if slot.is_some() {
-        error_msg(format!("{name} can only be specified once"));
-    }
-    slot.is_none()
-}
-
-fn parse_hash_alg(arg: &OsStr, slot: &mut Option<u32>) -> bool {
-    let text = arg.to_str().unwrap_or_default();
-    match strtoul(text) {
-        (n, true) if n > 0 && n < i32::MAX as u64 => *slot = Some(n as u32),
-        _ => match arg.to_str().and_then(HashAlgorithm::from_name) {
-            Some(alg) => *slot = Some(alg.id().into()),
-            None => {
-                error_msg(quote("unknown hash algorithm: '", arg, "'"));
-                show_all_hash_algs(&mut std::io::stderr());
-                return false;
-            }
-        },
-    }
-    true
-}
-
-fn parse_block_size(arg: &OsStr, slot: &mut Option<u32>) -> bool {
-    // Not UTF-8: not a number either ("x" stands for any non-digit).
-    match strtoul(arg.to_str().unwrap_or("x")) {
-        (n, true) if n > 0 && n < i32::MAX as u64 && n.is_power_of_two() => {
-            *slot = Some(n as u32);
-            true
-        }
-        _ => {
-            error_msg(quote("Invalid block size: ", arg, ".  Must be power of 2"));
-            false
-        }
+/// A usage error if `slot` is already set: fsverity takes each option once.
+pub fn once<T>(slot: &Option<T>, name: &str) -> Result<()> {
+    match slot {
+        Some(_) => Err(Error::usage_msg(format!(
+            "{name} can only be specified once"
+        ))),
+        None => Ok(()),
     }
 }
 
-fn parse_salt(arg: &OsStr, slot: &mut Option<Vec<u8>>) -> bool {
-    match hex_decode(arg.as_encoded_bytes()) {
-        Some(salt) => {
-            *slot = Some(salt);
-            true
-        }
-        None => {
-            error_msg("salt is not a valid hex string");
-            false
-        }
-    }
+/// The value of an option taking any number, as fsverity parses it; a
+/// usage error `invalid value for <name>` if it is not one.
+pub fn number(value: &OsString, name: &str) -> Result<u64> {
+    // Not UTF-8: not a number either.
+    value
+        .to_str()
+        .and_then(parse_u64)
+        .ok_or_else(|| Error::usage_msg(format!("invalid value for {name}")))
 }
 
 /// Decodes an even-length hexadecimal string (either case).

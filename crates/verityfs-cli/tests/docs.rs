@@ -24,18 +24,21 @@ fn subcommands() -> Vec<String> {
     names
 }
 
-/// Every `--option` a command's usage text names.
+/// Every `--option` a command's `--help` names.
 fn usage_options(cmd: &str) -> Vec<String> {
     let out = Command::new(VERITYFS)
         .args([cmd, "--help"])
         .output()
         .unwrap();
     let usage = String::from_utf8(out.stdout).unwrap();
-    usage
-        .split(['[', ']', ' ', '\n', '='])
-        .filter(|w| w.starts_with("--"))
+    let mut options: Vec<String> = usage
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| w.len() > 2 && w.starts_with("--"))
         .map(str::to_owned)
-        .collect()
+        .collect();
+    options.sort();
+    options.dedup();
+    options
 }
 
 fn generate(dir: &Path) {
@@ -97,6 +100,11 @@ fn complete(dir: &Path, line: &str) -> Vec<String> {
         .collect()
 }
 
+/// The options bash offers after `verityfs CMD -`.
+fn bash_options(dir: &Path, cmd: &str) -> Vec<String> {
+    complete(dir, &format!("verityfs {cmd} -"))
+}
+
 #[test]
 fn generates_man_pages_and_completions() {
     let dir = tempfile::tempdir().unwrap();
@@ -109,8 +117,15 @@ fn generates_man_pages_and_completions() {
     for cmd in subcommands() {
         assert!(root.contains(&format!("verityfs-{cmd}(1)")), "{cmd}");
         let page = plain(&fs::read_to_string(man.join(format!("verityfs-{cmd}.1"))).unwrap());
-        for opt in usage_options(&cmd) {
+        let options = usage_options(&cmd);
+        assert!(!options.is_empty() || cmd == "measure" || cmd == "stats" || cmd == "reattach");
+        let offered = bash_options(dir.path(), &cmd);
+        for opt in options {
             assert!(page.contains(&opt), "verityfs-{cmd}.1 lacks {opt}");
+            assert!(
+                offered.contains(&opt),
+                "bash completion of {cmd} lacks {opt}"
+            );
         }
         assert!(page.contains("--help"));
     }

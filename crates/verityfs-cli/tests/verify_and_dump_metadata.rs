@@ -169,24 +169,34 @@ fn verify_reports_every_bad_block_and_every_broken_file() {
 }
 
 #[test]
-fn verify_usage_errors() {
+fn verify_usage_errors_and_help() {
     let tmp = tempfile::tempdir().unwrap();
-    let usage = "Usage:\n    verityfs verify [PATH...] [--json] [--check=LIST] [--digest=DIGEST]\n               \
-                 [--tree=TREE_FILE] [--descriptor=DESCRIPTOR_FILE]\n";
+    let usage = "Usage: verityfs verify [OPTIONS] [PATH...]\n\
+                 Try 'verityfs verify --help' for more information.\n";
     assert_eq!(
         run_text(tmp.path(), &["verify"]),
         (2, String::new(), usage.into())
     );
     let (status, stdout, stderr) = run_text(tmp.path(), &["verify", "x", "--all"]);
     assert_eq!((status, stdout.as_str()), (2, ""));
-    assert_eq!(
-        stderr,
-        format!("verify: unrecognized option '--all'\n{usage}")
+    assert_eq!(stderr, format!("ERROR: unknown option '--all'\n{usage}"));
+    let (status, help, stderr) = run_text(tmp.path(), &["verify", "--help"]);
+    assert_eq!((status, stderr.as_str()), (0, ""));
+    assert!(
+        help.starts_with("Check every block of the verity files at the given path(s)\n"),
+        "{help}"
     );
-    assert_eq!(
-        run_text(tmp.path(), &["verify", "--help"]),
-        (0, usage.into(), String::new())
-    );
+    for described in [
+        "  -c, --check=LIST\n          Check the files listed in LIST (- for stdin)",
+        "      --tree=TREE_FILE\n          Check FILE against this separate Merkle tree",
+        "      --json\n",
+        "  PATH...",
+    ] {
+        assert!(help.contains(described), "{described:?} in {help}");
+    }
+    for args in [&["verify", "-h"][..], &["help", "verify"]] {
+        assert_eq!(run_text(tmp.path(), args), (0, help.clone(), String::new()));
+    }
 }
 
 #[test]
