@@ -280,15 +280,15 @@ mod tests {
         (dir, file)
     }
 
-    fn pattern(n: usize) -> Vec<u8> {
-        (0..n as u32)
-            .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
-            .collect()
+    fn random_bytes(len: usize) -> Vec<u8> {
+        let mut bytes = vec![0; len];
+        fastrand::Rng::with_seed(len as u64).fill(&mut bytes);
+        bytes
     }
 
     #[test]
     fn reads_in_odd_sizes_and_seeks() {
-        let data = pattern(300_001);
+        let data = random_bytes(300_001);
         let (_dir, file) = detached(&data, None);
         let file = Arc::new(file);
         for (buffer, step) in [(4096, 1), (4096, 4097), (8192, 3000), (1 << 20, 100_000)] {
@@ -319,7 +319,7 @@ mod tests {
 
     #[test]
     fn stops_at_the_first_bad_block() {
-        let data = pattern(1_000_000);
+        let data = random_bytes(1_000_000);
         for (bad, buffer) in [
             (0, 65536),
             (5000, 65536),

@@ -607,18 +607,10 @@ mod tests {
             .collect()
     }
 
-    /// `len` pseudo-random bytes from `seed` (SplitMix64).
-    fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
-        let mut x = seed;
-        let mut bytes = Vec::with_capacity(len + 8);
-        while bytes.len() < len {
-            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            bytes.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-        }
-        bytes.truncate(len);
+    /// `len` random bytes from a generator seeded with `seed`.
+    fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+        let mut bytes = vec![0; len];
+        fastrand::Rng::with_seed(seed).fill(&mut bytes);
         bytes
     }
 
@@ -677,7 +669,7 @@ mod tests {
             seed in any::<u64>(),
         ) {
             let block_size = 1 << log_block_size;
-            let blocks = random_bytes(seed, count * block_size);
+            let blocks = random_bytes(count * block_size, seed);
             assert_all_backends_match(&salt, &blocks, block_size);
         }
     }
@@ -688,7 +680,7 @@ mod tests {
             for log_block_size in 6..=16 {
                 let block_size = 1 << log_block_size;
                 for count in 0..=9 {
-                    let blocks = random_bytes(count as u64, count * block_size);
+                    let blocks = random_bytes(count * block_size, count as u64);
                     assert_all_backends_match(salt, &blocks, block_size);
                 }
             }
@@ -702,7 +694,7 @@ mod tests {
         for backend in supported_backends() {
             let prefix = Sha256Prefix::with_backend(b"salt", backend).unwrap();
             for block_size in [4096, 64, 1024, 4096] {
-                let blocks = random_bytes(block_size as u64, 5 * block_size);
+                let blocks = random_bytes(5 * block_size, block_size as u64);
                 let mut out = vec![0u8; 5 * DIGEST_SIZE];
                 prefix.hash_blocks(&blocks, block_size, &mut out);
                 assert_eq!(out, reference(b"salt", &blocks, block_size), "{backend:?}");
@@ -759,7 +751,7 @@ mod tests {
     fn portable_backend_is_always_available() {
         let prefix = Sha256Prefix::with_backend(b"salt", Backend::Portable).unwrap();
         assert_eq!(prefix.backend(), Backend::Portable);
-        let blocks = random_bytes(1, 5 * 4096);
+        let blocks = random_bytes(5 * 4096, 1);
         let mut out = vec![0u8; 5 * DIGEST_SIZE];
         prefix.hash_blocks(&blocks, 4096, &mut out);
         assert_eq!(out, reference(b"salt", &blocks, 4096));
