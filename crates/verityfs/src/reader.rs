@@ -18,7 +18,7 @@ use crate::open::VerityFile;
 /// Bytes verified at once by [`VerifiedReader::new`] (rounded up to whole
 /// blocks): reads smaller than this are served from a buffer, so that small
 /// or unaligned reads do not hash the same block twice.
-pub const DEFAULT_BUFFER_SIZE: usize = 256 << 10;
+const DEFAULT_BUFFER_SIZE: usize = 256 << 10;
 
 /// A `Read + Seek` stream over the verified data of a [`VerityFile`].
 ///
@@ -82,7 +82,7 @@ pub const DEFAULT_BUFFER_SIZE: usize = 256 << 10;
 /// let mut good = Vec::new();
 /// let err = reader.read_to_end(&mut good).unwrap_err();
 /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
-/// let bad = verityfs::reader::corruption(&err).unwrap();
+/// let bad = verityfs::corruption(&err).unwrap();
 /// assert_eq!((bad.pos, bad.level), (16384, -1)); // the 4096-byte block holding byte 20000
 /// assert_eq!(good, &data[..16384]); // everything before it, verified
 ///
@@ -104,8 +104,7 @@ pub struct VerifiedReader<F: Borrow<VerityFile> = VerityFile> {
 }
 
 impl<F: Borrow<VerityFile>> VerifiedReader<F> {
-    /// A reader at position 0, verifying [`DEFAULT_BUFFER_SIZE`] bytes at a
-    /// time for small reads.
+    /// A reader at position 0, verifying 256 KiB at a time for small reads.
     pub fn new(file: F) -> Self {
         Self::with_buffer_size(file, DEFAULT_BUFFER_SIZE)
     }

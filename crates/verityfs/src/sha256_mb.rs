@@ -86,7 +86,7 @@ impl Backend {
     /// the Zen 5 it was measured on, although two already nearly saturate
     /// its SHA unit; on cores with more `sha256rnds2` in flight the gap is
     /// larger.
-    pub fn best() -> Backend {
+    pub(crate) fn best() -> Backend {
         if ShaNi::detect().is_some() {
             Backend::ShaNi4
         } else {
@@ -124,7 +124,7 @@ impl Sha256Prefix {
     /// The state after `salt` zero-padded to a multiple of 64 bytes (an
     /// empty salt means no salt at all), hashing with the fastest backend
     /// this CPU supports.
-    pub fn new(salt: &[u8]) -> Self {
+    pub(crate) fn new(salt: &[u8]) -> Self {
         Self::with_backend(salt, Backend::best()).expect("the best backend is supported")
     }
 
@@ -147,16 +147,6 @@ impl Sha256Prefix {
             backend,
             sha_ni,
         })
-    }
-
-    /// The backend [`Sha256Prefix::hash_blocks`] uses.
-    pub fn backend(&self) -> Backend {
-        self.backend
-    }
-
-    /// Length of the padded salt in bytes (0 without a salt).
-    pub fn prefix_len(&self) -> u64 {
-        self.prefix_len
     }
 
     /// Hashes each `block_size` piece of `blocks` as
@@ -640,7 +630,7 @@ mod tests {
 
     fn hash_with(backend: Backend, salt: &[u8], blocks: &[u8], block_size: usize) -> Vec<u8> {
         let prefix = Sha256Prefix::with_backend(salt, backend).expect("supported backend");
-        assert_eq!(prefix.backend(), backend);
+        assert_eq!(prefix.backend, backend);
         let mut out = vec![0u8; blocks.len() / block_size * DIGEST_SIZE];
         prefix.hash_blocks(blocks, block_size, &mut out);
         out
@@ -750,7 +740,7 @@ mod tests {
     #[test]
     fn portable_backend_is_always_available() {
         let prefix = Sha256Prefix::with_backend(b"salt", Backend::Portable).unwrap();
-        assert_eq!(prefix.backend(), Backend::Portable);
+        assert_eq!(prefix.backend, Backend::Portable);
         let blocks = random_bytes(5 * 4096, 1);
         let mut out = vec![0u8; 5 * DIGEST_SIZE];
         prefix.hash_blocks(&blocks, 4096, &mut out);
@@ -765,16 +755,16 @@ mod tests {
             Backend::Portable
         };
         assert_eq!(Backend::best(), expected);
-        assert_eq!(Sha256Prefix::new(b"").backend(), expected);
+        assert_eq!(Sha256Prefix::new(b"").backend, expected);
     }
 
     #[test]
     fn prefix_is_the_padded_salt() {
         assert_eq!(Sha256Prefix::new(b"").state, IV);
-        assert_eq!(Sha256Prefix::new(b"").prefix_len(), 0);
-        assert_eq!(Sha256Prefix::new(b"x").prefix_len(), 64);
-        assert_eq!(Sha256Prefix::new(&[1; 64]).prefix_len(), 64);
-        assert_eq!(Sha256Prefix::new(&[1; 65]).prefix_len(), 128);
+        assert_eq!(Sha256Prefix::new(b"").prefix_len, 0);
+        assert_eq!(Sha256Prefix::new(b"x").prefix_len, 64);
+        assert_eq!(Sha256Prefix::new(&[1; 64]).prefix_len, 64);
+        assert_eq!(Sha256Prefix::new(&[1; 65]).prefix_len, 128);
         // A one-byte salt and its explicit zero padding give the same state.
         let mut padded = [0u8; 64];
         padded[0] = b'x';

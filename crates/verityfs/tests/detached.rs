@@ -161,7 +161,7 @@ fn corrupted_data_fails_at_the_first_bad_block() {
             let (got, err) = s.read_all();
             let err = err.unwrap_or_else(|| panic!("{size} {params:?}: byte {bad} not caught"));
             assert_eq!(err.kind(), io::ErrorKind::InvalidData);
-            let c = verityfs::reader::corruption(&err).unwrap();
+            let c = verityfs::corruption(&err).unwrap();
             let block = bad / bs * bs;
             assert_eq!(
                 (c.pos, c.level),
@@ -200,7 +200,7 @@ fn corrupted_tree_fails_at_the_first_block_it_covers() {
             flip(&s.tree, tree_pos);
             let (got, err) = s.read_all();
             let err = err.expect("tree damage not caught");
-            let c = verityfs::reader::corruption(&err).unwrap();
+            let c = verityfs::corruption(&err).unwrap();
             assert_eq!(
                 (c.pos, c.level),
                 (first_data_block * bs, level as i32),
@@ -231,7 +231,7 @@ fn wrong_descriptor_or_sizes_are_refused_or_caught() {
     assert_ne!(format!("sha256:{}", file.digest()), s.digest);
     let top = file.geometry().num_levels() as i32 - 1;
     let err = VerifiedReader::new(file).read(&mut [0; 10]).unwrap_err();
-    assert_eq!(verityfs::reader::corruption(&err).unwrap().level, top);
+    assert_eq!(verityfs::corruption(&err).unwrap().level, top);
 
     let open_with = |data: &Path, tree: &Path, desc: &[u8]| {
         VerityFile::open_detached(

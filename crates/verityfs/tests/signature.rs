@@ -182,6 +182,23 @@ fn a_pem_file_with_key_and_certificate_serves_as_both() {
     verify_signature(&sig, HashAlgorithm::Sha256, &digest, &[keys.cert("rsa")]).unwrap();
 }
 
+#[test]
+fn a_der_certificate_verifies_as_its_pem_form_does() {
+    // DER is the form `keyctl padd asymmetric '' %keyring:.fs-verity` takes.
+    let keys = keys();
+    run(Command::new("openssl").current_dir(keys.path("")).args([
+        "x509", "-in", "rsa.crt", "-outform", "DER", "-out", "rsa.der",
+    ]));
+    let der = Certificate::from_der(&keys.read("rsa.der")).unwrap();
+    let digest = file_digest(b"hello", HashAlgorithm::Sha256, 4096, b"");
+    let sig = keys
+        .sign(HashAlgorithm::Sha256, &digest, "rsa", "rsa")
+        .unwrap();
+    verify_signature(&sig, HashAlgorithm::Sha256, &digest, &[der]).unwrap();
+    let other = Certificate::from_der(&keys.read("rsa-other.crt"));
+    assert!(other.is_err(), "a PEM file read as DER");
+}
+
 /// Verifies `sig` over `formatted` with `openssl smime`, the signer's
 /// certificate supplied from `cert` (the signature carries none).
 fn openssl_smime_verify(sig: &[u8], formatted: &[u8], cert: &Path) {
