@@ -294,7 +294,7 @@ impl SaltedHasher {
     }
 
     /// Like [`SaltedHasher::hash_blocks`], spread over rayon's thread pool
-    /// (both cores here) in pieces of at least `MIN_PARALLEL_BYTES`.
+    /// (one thread per core) in pieces of at least `MIN_PARALLEL_BYTES`.
     pub(crate) fn par_hash_blocks(&self, blocks: &[u8], block_size: usize, out: &mut [u8]) {
         use rayon::prelude::*;
         let d = self.alg.digest_size();
