@@ -8,8 +8,10 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use verityfs::{build_merkle_tree, DiscardTree, HashAlgorithm, MerkleTreeParams};
 use verityfs_fuse::{BackgroundMount, MountOptions};
@@ -44,8 +46,11 @@ struct MeasureArg {
     digest: [u8; 64],
 }
 
+/// The user the unprivileged checks run as (`nobody`).
+const NOBODY: u32 = 65534;
+
 /// A temporary backing directory and mountpoint, and the mount of one on
-/// the other while there is one.
+/// the other while there is one, open to other users (`allow_other`).
 struct Fixture {
     _dir: tempfile::TempDir,
     backing: PathBuf,
@@ -61,6 +66,8 @@ impl Fixture {
             .prefix("verityfs-fuse-test")
             .tempdir()
             .unwrap();
+        // Other users reach the mountpoint through it.
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
         let (backing, mountpoint) = (dir.path().join("backing"), dir.path().join("mnt"));
         fs::create_dir(&backing).unwrap();
         fs::create_dir(&mountpoint).unwrap();
@@ -75,9 +82,12 @@ impl Fixture {
     }
 
     fn mount(&mut self) {
-        let mount =
-            BackgroundMount::spawn(&self.backing, &self.mountpoint, MountOptions::default())
-                .expect("mounting the backing directory");
+        let options = MountOptions {
+            allow_other: true,
+            ..MountOptions::default()
+        };
+        let mount = BackgroundMount::spawn(&self.backing, &self.mountpoint, options)
+            .expect("mounting the backing directory");
         assert!(is_mounted(&self.mountpoint), "spawn returned unmounted");
         self.mount = Some(mount);
     }
@@ -98,11 +108,19 @@ impl Fixture {
         self.backing.join(name)
     }
 
-    /// Writes `data` to a new file `name` through the mount and enables
-    /// verity on it with SHA-256 and 4096-byte blocks.
+    /// Writes `data` to a new file `name` through the mount, writable by
+    /// everyone, and enables verity on it with SHA-256 and 4096-byte blocks.
     fn verity_file(&self, name: &str, data: &[u8]) {
-        fs::write(self.path(name), data).unwrap();
+        self.plain_file(name, data);
         enable(&File::open(self.path(name)).unwrap()).expect("FS_IOC_ENABLE_VERITY");
+    }
+
+    /// Writes `data` to a new file `name` through the mount, writable by
+    /// everyone.
+    fn plain_file(&self, name: &str, data: &[u8]) {
+        fs::write(self.path(name), data).unwrap();
+        let everyone = fs::Permissions::from_mode(0o666);
+        fs::set_permissions(self.path(name), everyone).unwrap();
     }
 }
 
@@ -164,6 +182,17 @@ fn measure(file: &File) -> io::Result<(u16, Vec<u8>)> {
     Ok((arg.digest_algorithm, digest))
 }
 
+/// Opens `path` for appending as user `nobody`, in a shell.
+fn append_as_nobody(path: &Path) -> Output {
+    Command::new("sh")
+        .args(["-c", "exec 3>>\"$1\"", "sh"])
+        .arg(path)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .expect("running sh as nobody")
+}
+
 /// `len` random bytes from a generator seeded with `seed`.
 fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
     let mut bytes = vec![0; len];
@@ -200,7 +229,7 @@ fn written_file_enabled_reads_back_and_measures_the_library_digest() {
 #[test]
 fn plain_file_has_no_digest_and_verity_file_refuses_writes() {
     let fixture = Fixture::new();
-    fs::write(fixture.path("plain"), b"plain").unwrap();
+    fixture.plain_file("plain", b"plain");
     let plain = File::open(fixture.path("plain")).unwrap();
     assert_eq!(
         errno(measure(&plain)),
@@ -217,6 +246,30 @@ fn plain_file_has_no_digest_and_verity_file_refuses_writes() {
     let file = File::open(fixture.path("v")).unwrap();
     assert_eq!(errno(enable(&file)), libc::EEXIST, "enabling again");
     assert_eq!(fs::read(fixture.path("v")).unwrap().len(), 10_000);
+}
+
+#[test]
+fn verity_file_refuses_unprivileged_writers_too() {
+    let fixture = Fixture::new();
+    fixture.plain_file("plain", b"plain");
+    fixture.verity_file("v", &random_bytes(10_000, 4));
+    // Both files are writable by everyone: only the verity rule refuses.
+    let plain = append_as_nobody(&fixture.path("plain"));
+    let stderr = String::from_utf8_lossy(&plain.stderr);
+    assert!(
+        plain.status.success(),
+        "nobody cannot open a plain file: {stderr}"
+    );
+    let verity = append_as_nobody(&fixture.path("v"));
+    let stderr = String::from_utf8_lossy(&verity.stderr);
+    assert!(
+        !verity.status.success(),
+        "nobody opened a verity file for writing"
+    );
+    assert!(
+        stderr.contains("Operation not permitted"),
+        "not EPERM: {stderr}"
+    );
 }
 
 #[test]
