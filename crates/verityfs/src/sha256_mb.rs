@@ -14,7 +14,7 @@
 //! Two properties of fs-verity's messages make the rest cheap:
 //! - The salt is zero-padded to a multiple of 64 bytes, the compression
 //!   function's block, so the state after it is computed once
-//!   ([`Sha256Prefix::new`]) and every block starts from there.
+//!   (a [`Sha256Prefix`]) and every block starts from there.
 //! - Blocks are a multiple of 64 bytes too, so every message ends exactly on
 //!   a compression block and its padding is a whole extra block of its own:
 //!   `0x80`, zeroes, and the message length in bits. That block is the same
