@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command under a real Linux kernel with fs-verity: Debian's 6.12
 # kernel booted under QEMU (TCG emulation: no KVM needed), with an ext4
-# scratch disk made with `-O verity`. The guest chroots into this machine's
+# scratch disk made with `-O verity`. The guest chroots into the host's
 # root filesystem (shared read-only over 9p), so every program here
 # (bash, fsverity, test binaries) runs unchanged under that kernel.
 #
@@ -14,7 +14,7 @@
 #   VERITYFS_ORACLE_SCRATCH  the ext4 verity scratch disk (/dev/vda), mounted
 #                            (QEMU cache=unsafe: fast, but for power cuts
 #                            attach the disk under test with --drive)
-#   VERITYFS_ORACLE_IO       a writable directory shared with this machine
+#   VERITYFS_ORACLE_IO       a writable directory shared with the host
 #                            (--out DIR, else a temporary directory)
 #   /dev/vdb, /dev/vdc...    the --drive images, in order, not mounted
 #
@@ -128,7 +128,7 @@ module_closure() {
 }
 
 # The guest's /init: mounts, modules, the shares, then COMMAND in a chroot
-# of this machine's root filesystem.
+# of the host's root filesystem.
 write_init() {
     cat >"$1" <<'EOF'
 #!/bin/busybox sh

@@ -25,6 +25,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
+use fastrand::Rng;
+
 /// The reference implementation.
 const ORACLE: &str = "/usr/bin/fsverity";
 /// What `fsverity --version` must print for these expectations to hold.
@@ -139,7 +141,7 @@ impl Sandbox {
         let name = name.as_ref();
         let file = fs::File::create(self.input_path(name)).unwrap();
         let mut out = BufWriter::new(file);
-        let mut rng = Rng(seed);
+        let mut rng = Rng::with_seed(seed);
         let mut buf = vec![0u8; 1 << 20];
         let mut left = size;
         while left > 0 {
@@ -567,65 +569,40 @@ fn base_seed() -> u64 {
     })
 }
 
-/// SplitMix64: tiny, fast and stable across crate versions.
-struct Rng(u64);
-
-impl Rng {
-    /// A generator for the test named `name`.
-    fn for_test(name: &str) -> Rng {
-        let mut seed = base_seed();
-        for b in name.bytes() {
-            seed = (seed ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-        Rng(seed)
+/// A generator for the test named `name`, seeded from [`base_seed`].
+fn rng_for(name: &str) -> Rng {
+    let mut seed = base_seed();
+    for b in name.bytes() {
+        seed = (seed ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
+    Rng::with_seed(seed)
+}
 
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let bytes = self.next_u64().to_le_bytes();
-            chunk.copy_from_slice(&bytes[..chunk.len()]);
-        }
-    }
-
-    /// The argument of a random `--salt` option of 0 to 32 bytes, in lower,
-    /// upper or mixed case hex (`--salt=` for the empty salt), or none.
-    fn salt_option(&mut self) -> Option<String> {
-        let len = match self.below(6) {
-            0 => return None,
-            1 => 0,
-            _ => 1 + self.below(32) as usize,
-        };
-        let mut bytes = vec![0; len];
-        self.fill(&mut bytes);
-        let style = self.below(3);
-        let hex: String = bytes
-            .iter()
-            .flat_map(|b| [b >> 4, b & 15])
-            .map(|nibble| {
-                let c = char::from_digit(nibble.into(), 16).unwrap();
-                match style {
-                    0 => c,
-                    1 => c.to_ascii_uppercase(),
-                    _ if self.below(2) == 0 => c.to_ascii_uppercase(),
-                    _ => c,
-                }
-            })
-            .collect();
-        Some(format!("--salt={hex}"))
-    }
+/// The argument of a random `--salt` option of 0 to 32 bytes, in lower,
+/// upper or mixed case hex (`--salt=` for the empty salt), or none.
+fn salt_option(rng: &mut Rng) -> Option<String> {
+    let len = match rng.u32(..6) {
+        0 => return None,
+        1 => 0,
+        _ => rng.usize(1..=32),
+    };
+    let mut bytes = vec![0; len];
+    rng.fill(&mut bytes);
+    let style = rng.u32(..3);
+    let hex: String = bytes
+        .iter()
+        .flat_map(|b| [b >> 4, b & 15])
+        .map(|nibble| {
+            let c = char::from_digit(nibble.into(), 16).unwrap();
+            match style {
+                0 => c,
+                1 => c.to_ascii_uppercase(),
+                _ if rng.bool() => c.to_ascii_uppercase(),
+                _ => c,
+            }
+        })
+        .collect();
+    Some(format!("--salt={hex}"))
 }
 
 /// The hash algorithms fs-verity knows.
@@ -717,7 +694,7 @@ fn digest_one_file(size: u64, seed: u64, params: &[String]) -> Option<String> {
 /// Every accepted block size of `alg` at every boundary size, with random
 /// salts and contents.
 fn parameter_matrix(alg: Alg) {
-    let mut rng = Rng::for_test(alg.name());
+    let mut rng = rng_for(alg.name());
     let mut failures = Failures::default();
     let mut variant = 0;
     for block_size in alg.block_sizes() {
@@ -726,8 +703,8 @@ fn parameter_matrix(alg: Alg) {
             if block_size != 4096 || variant % 2 == 0 {
                 params.push(format!("--block-size={block_size}"));
             }
-            params.extend(rng.salt_option());
-            failures.add(digest_one_file(size, rng.next_u64(), &params));
+            params.extend(salt_option(&mut rng));
+            failures.add(digest_one_file(size, rng.u64(..), &params));
             variant += 1;
         }
     }
@@ -750,25 +727,21 @@ fn sha512_parameter_matrix() {
 
 #[test]
 fn random_sizes_up_to_several_megabytes() {
-    let mut rng = Rng::for_test("random sizes");
+    let mut rng = rng_for("random sizes");
     let mut failures = Failures::default();
     // The reader's 2 MiB chunks, then random sizes.
     let chunk = 2u64 << 20;
     let mut sizes = vec![chunk - 1, chunk, chunk + 1, 2 * chunk + 4096];
-    sizes.extend((0..8).map(|_| rng.below(6 << 20)));
+    sizes.extend((0..8).map(|_| rng.u64(..6 << 20)));
     for size in sizes {
-        let alg = if rng.below(2) == 0 {
-            Alg::Sha256
-        } else {
-            Alg::Sha512
-        };
-        let block_size = 1024 << rng.below(7); // 1 KiB to 64 KiB
+        let alg = if rng.bool() { Alg::Sha256 } else { Alg::Sha512 };
+        let block_size = 1024 << rng.u32(..7); // 1 KiB to 64 KiB
         let mut params = vec![
             format!("--hash-alg={}", alg.name()),
             format!("--block-size={block_size}"),
         ];
-        params.extend(rng.salt_option());
-        failures.add(digest_one_file(size, rng.next_u64(), &params));
+        params.extend(salt_option(&mut rng));
+        failures.add(digest_one_file(size, rng.u64(..), &params));
     }
     failures.finish();
 }
@@ -1327,7 +1300,7 @@ fn large_file_streams_in_chunks() {
     let mut sandbox = Sandbox::new();
     // Not a multiple of the 2 MiB read chunk nor of any block size.
     let size = (150 << 20) + 4321;
-    sandbox.random_file("large", size, Rng::for_test("large").next_u64());
+    sandbox.random_file("large", size, rng_for("large").u64(..));
     let outs = ["--out-merkle-tree=tree", "--out-descriptor=desc"];
     let mut failures = Failures::default();
     for params in [

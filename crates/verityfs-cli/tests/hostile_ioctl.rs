@@ -30,6 +30,8 @@ use std::fs::{self, File};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use fastrand::Rng;
+
 use common::*;
 use hostile::*;
 
@@ -395,21 +397,21 @@ fn hostile_verity_ioctls_get_the_kernels_errnos_and_the_mount_keeps_serving() {
         let mut attack = Attack::new(mnt, backing, seed);
         let limits = attack.limits;
         let (enables, measures) = sweep(&limits);
-        let mut rng = Rng(seed);
+        let mut rng = Rng::with_seed(seed);
         for case in enables {
-            attack.enable(case, rng.next());
+            attack.enable(case, rng.u64(..));
         }
         for case in measures {
-            attack.measure(case, rng.next());
+            attack.measure(case, rng.u64(..));
         }
         attack.check_serving("after the sweep");
         for i in 1..=calls {
             if rng.percent(60) {
                 let case = random_enable(&mut rng, &limits);
-                attack.enable(case, rng.next());
+                attack.enable(case, rng.u64(..));
             } else {
                 let case = random_measure(&mut rng);
-                attack.measure(case, rng.next());
+                attack.measure(case, rng.u64(..));
             }
             if i % CHECK_EVERY == 0 {
                 attack.check_serving(&format!("after {i} random calls"));

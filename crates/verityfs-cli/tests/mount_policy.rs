@@ -305,22 +305,15 @@ fn daemon_killed_during_enable() {
     let tmp = tempfile::tempdir().unwrap();
     let (backing, mnt) = (tmp.path().join("b"), tmp.path().join("m"));
     std::fs::create_dir_all(&backing).unwrap();
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut rng = fastrand::Rng::with_seed(0x5eed_ca11);
     let (mut rolled_back, mut completed) = (0, 0);
     for (size, iterations) in [(8u64 << 20, 6), (64 << 20, 6), (1 << 30, 4)] {
         for i in 0..iterations {
             let name = format!("f{size}-{i}");
             let path = backing.join(&name);
             // Random bytes at the start, then a hole: big files stay cheap.
-            let head: Vec<u8> = (0..(size.min(8 << 20) / 8))
-                .flat_map(|_| next().to_le_bytes())
-                .collect();
+            let mut head = vec![0; size.min(8 << 20) as usize];
+            rng.fill(&mut head);
             std::fs::write(&path, &head).unwrap();
             std::fs::OpenOptions::new()
                 .write(true)
@@ -337,7 +330,7 @@ fn daemon_killed_during_enable() {
                 .unwrap();
             let acknowledged = if i + 1 < iterations {
                 // Up to about the time the enable takes (hashing at ~2 GB/s).
-                std::thread::sleep(Duration::from_micros(next() % (size / 2000)));
+                std::thread::sleep(Duration::from_micros(rng.u64(..size / 2000)));
                 mount.child.kill().unwrap();
                 // Killed or not, fsverity exits.
                 enabler.wait().unwrap().success()

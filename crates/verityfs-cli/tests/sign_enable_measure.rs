@@ -14,12 +14,15 @@
 //! command sequence the two directories' backing files must be identical,
 //! signatures stored after the descriptor.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::random_bytes;
 use verityfs::signature::{verify_signature, Certificate};
 use verityfs::{Descriptor, FileState, HashAlgorithm};
 
@@ -129,16 +132,6 @@ fn run_checked(cmd: &mut Command) -> Vec<u8> {
     out.stdout
 }
 
-/// `len` pseudo-random bytes: SHA-256 in counter mode from `seed`.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let block = |i: u64| HashAlgorithm::Sha256.hash(&[seed, i].map(u64::to_le_bytes).concat());
-    let blocks = (0..).map(block);
-    blocks
-        .flat_map(|b| b.as_bytes().to_vec())
-        .take(len)
-        .collect()
-}
-
 /// A temporary directory named after the test.
 fn scratch_dir(prefix: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(prefix).tempdir().unwrap()
@@ -236,9 +229,9 @@ impl Inputs {
 fn sign_inputs() -> Inputs {
     let mut inputs = Inputs::new();
     for (name, len) in [("empty", 0), ("one", 1), ("block", 4096), ("f", 100_000)] {
-        inputs.add(name, &noise(len, len as u64 + 1));
+        inputs.add(name, &random_bytes(len, len as u64 + 1));
     }
-    inputs.add("big", &noise(3 << 20, 99));
+    inputs.add("big", &random_bytes(3 << 20, 99));
     inputs
 }
 
@@ -625,7 +618,9 @@ fn enable_and_measure_are_identical() {
     let scratch = tempfile::tempdir().unwrap();
     let file = |name: &str| scratch.path().join(name).to_str().unwrap().to_owned();
 
-    let data: Vec<Vec<u8>> = (0..9).map(|i| noise(5000 * i * i + 1, i as u64)).collect();
+    let data: Vec<Vec<u8>> = (0..9)
+        .map(|i| random_bytes(5000 * i * i + 1, i as u64))
+        .collect();
     for (i, d) in data.iter().enumerate() {
         twins.add(&format!("f{i}"), d);
     }
@@ -759,7 +754,7 @@ fn enable_and_measure_are_identical() {
 fn measure_matches_digest() {
     let mount = Mounted::new();
     let mut twins = Twins::new(&mount);
-    twins.add("a", &noise(200_000, 5));
+    twins.add("a", &random_bytes(200_000, 5));
     let [_, ours] = twins.both(&["enable", "--hash-alg=sha512", "--salt=feed", "a"]);
     assert_eq!(ours.status, Some(0), "{ours:?}");
     let [theirs, ours] = twins.both(&["measure", "a"]);

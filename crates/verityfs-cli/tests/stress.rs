@@ -28,6 +28,8 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use fastrand::Rng;
+
 use common::*;
 
 /// Seconds of stress unless `VERITYFS_STRESS_SECS` says otherwise.
@@ -153,7 +155,7 @@ impl Params {
         Params {
             alg: rng.pick(&[1, 1, 2]),
             block_size: rng.pick(&[1024, 4096, 4096, 65536]),
-            salt: random_bytes(salt_len, rng.next()),
+            salt: random_bytes(salt_len, rng.u64(..)),
         }
     }
 
@@ -227,19 +229,19 @@ fn check_bytes(data: &[u8], offset: u64, len: usize, got: &[u8]) -> Result<(), S
 /// A random range of a file of `size` bytes: offsets past the end too,
 /// lengths from one byte to a few MiB.
 fn random_range(rng: &mut Rng, size: usize) -> (u64, usize) {
-    let offset = match rng.below(10) {
+    let offset = match rng.u64(..10) {
         0 => 0,
-        1 => size.saturating_sub(rng.below(5000) as usize),
-        2 => size + rng.below(10_000) as usize,
-        3 => (rng.below(size as u64 / 4096 + 1) * 4096) as usize,
-        _ => rng.below(size as u64 + 1) as usize,
+        1 => size.saturating_sub(rng.usize(..5000)),
+        2 => size + rng.usize(..10_000),
+        3 => rng.usize(..=size / 4096) * 4096,
+        _ => rng.usize(..=size),
     };
-    let len = match rng.below(10) {
+    let len = match rng.u64(..10) {
         0 => 1,
         1 => size + 1,
         2 => 4096,
-        3 => 1 + rng.below(3 << 20) as usize,
-        _ => 1 + rng.below(256 << 10) as usize,
+        3 => 1 + rng.usize(..3 << 20),
+        _ => 1 + rng.usize(..256 << 10),
     };
     (offset as u64, len)
 }
@@ -256,14 +258,14 @@ struct ReadFile {
 }
 
 fn reader(shared: &Shared, id: usize, files: &[ReadFile], seed: u64) {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::with_seed(seed);
     // Long-lived descriptors, opened once, plus fresh ones per read.
     let kept: Vec<File> = files.iter().map(|f| File::open(&f.path).unwrap()).collect();
     while shared.running() {
-        let i = rng.below(files.len() as u64) as usize;
+        let i = rng.usize(..files.len());
         let f = &files[i];
         let (offset, len) = random_range(&mut rng, f.data.len());
-        let how = rng.below(10);
+        let how = rng.u64(..10);
         let what = format!(
             "reading {len} bytes at {offset} of {} ({})",
             f.path.display(),
@@ -361,7 +363,7 @@ impl Mutator<'_> {
             let plain: Vec<usize> = (0..self.files.len())
                 .filter(|&i| self.files[i].digest.is_none())
                 .collect();
-            let action = self.rng.below(100);
+            let action = self.rng.u64(..100);
             match action {
                 _ if self.files.len() < 2 => self.create(),
                 0..=19 if self.files.len() < MAX_FILES_PER_MUTATOR => self.create(),
@@ -385,19 +387,19 @@ impl Mutator<'_> {
     /// Creates a file of random size, written in random chunks.
     fn create(&mut self) {
         let name = self.fresh_name();
-        let size = match self.rng.below(10) {
+        let size = match self.rng.u64(..10) {
             0 => 0,
-            1..=5 => self.rng.below(64 << 10) as usize,
-            6..=8 => self.rng.below(1 << 20) as usize,
-            _ => self.rng.below(4 << 20) as usize,
+            1..=5 => self.rng.usize(..64 << 10),
+            6..=8 => self.rng.usize(..1 << 20),
+            _ => self.rng.usize(..4 << 20),
         };
-        let data = random_bytes(size, self.rng.next());
+        let data = random_bytes(size, self.rng.u64(..));
         let path = self.path(&name);
         self.doing(format!("creating {name} ({size} bytes)"));
         let written = File::create(&path).and_then(|mut file| {
             let mut done = 0;
             while done < size {
-                let chunk = (1 + self.rng.below(300_000) as usize).min(size - done);
+                let chunk = (1 + self.rng.usize(..300_000)).min(size - done);
                 file.write_all(&data[done..done + chunk])?;
                 done += chunk;
             }
@@ -420,9 +422,9 @@ impl Mutator<'_> {
     fn write(&mut self, i: usize) {
         let name = self.files[i].name.clone();
         let mut data = self.files[i].data.as_ref().clone();
-        let offset = self.rng.below(data.len() as u64 + 1) as usize;
-        let len = 1 + self.rng.below(200_000) as usize;
-        let new = random_bytes(len, self.rng.next());
+        let offset = self.rng.usize(..data.len() + 1);
+        let len = 1 + self.rng.usize(..200_000);
+        let new = random_bytes(len, self.rng.u64(..));
         if data.len() < offset + len {
             data.resize(offset + len, 0);
         }
@@ -480,7 +482,7 @@ impl Mutator<'_> {
                 }
             }
         }
-        let ok = match self.rng.below(10) {
+        let ok = match self.rng.u64(..10) {
             0..=2 => self.racing_enable(&path, &params, &what),
             3..=5 => self.watched_enable(&path, &params, &data, &digest, &what),
             _ => {
@@ -558,11 +560,11 @@ impl Mutator<'_> {
             return false;
         };
         let done = AtomicBool::new(false);
-        let seed = self.rng.next();
+        let seed = self.rng.u64(..);
         let shared = self.shared;
         let result = thread::scope(|s| {
             s.spawn(|| {
-                let mut rng = Rng(seed);
+                let mut rng = Rng::with_seed(seed);
                 let mut reads_after = 0;
                 while shared.running() && reads_after < 20 {
                     let finished = done.load(Ordering::SeqCst);
@@ -606,11 +608,10 @@ impl Mutator<'_> {
         if self.files.is_empty() {
             return;
         }
-        let i = self.rng.below(self.files.len() as u64) as usize;
+        let i = self.rng.usize(..self.files.len());
         let over = self.files.len() > 1 && self.rng.percent(30);
         let new = if over {
-            let j =
-                (i + 1 + self.rng.below(self.files.len() as u64 - 1) as usize) % self.files.len();
+            let j = (i + self.rng.usize(1..self.files.len())) % self.files.len();
             self.files[j].name.clone()
         } else {
             self.fresh_name()
@@ -634,7 +635,7 @@ impl Mutator<'_> {
         if self.files.len() < 3 {
             return;
         }
-        let i = self.rng.below(self.files.len() as u64) as usize;
+        let i = self.rng.usize(..self.files.len());
         let name = self.files[i].name.clone();
         self.doing(format!("deleting {name}"));
         if self
@@ -744,7 +745,7 @@ impl Mutator<'_> {
         if self.files.is_empty() {
             return;
         }
-        let i = self.rng.below(self.files.len() as u64) as usize;
+        let i = self.rng.usize(..self.files.len());
         self.verify(i);
     }
 
@@ -871,7 +872,7 @@ fn concurrent_reads_enables_renames_deletes_and_cache_drops() {
                     let mut mutator = Mutator {
                         shared: &shared,
                         id,
-                        rng: Rng(seed),
+                        rng: Rng::with_seed(seed),
                         files: Vec::new(),
                         made: 0,
                         read_files: &read_files,

@@ -91,11 +91,6 @@ impl VerityFs {
         })
     }
 
-    /// The shared verifier (tree block cache and counters).
-    pub fn verifier(&self) -> &Arc<Verifier> {
-        &self.verifier
-    }
-
     /// Looks `name` up in `parent`, taking a kernel reference to it.
     pub(crate) fn lookup_child(
         &self,

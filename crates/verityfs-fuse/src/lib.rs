@@ -19,8 +19,9 @@ mod fs;
 mod handles;
 mod inodes;
 mod invalidate;
-/// Public so that the fuzz targets in `fuzz/` can reach the ioctl payload
-/// decoders; not a stable API.
+// Public for the fuzz targets in `fuzz/` (the ioctl payload decoders)
+// only; not an API.
+#[doc(hidden)]
 pub mod ioctl;
 mod mount;
 mod mountinfo;
@@ -30,7 +31,7 @@ mod space_ops;
 mod verity_ops;
 mod xattr_ops;
 
-pub use fs::{MountOptions, VerityFs};
+pub use fs::MountOptions;
 pub use mount::{accepts_mount_option, run, BackgroundMount};
 pub use policy::SignaturePolicy;
 pub use xattr_ops::{BACKING_XATTR, STATS_XATTR};

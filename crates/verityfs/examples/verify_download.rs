@@ -102,7 +102,7 @@ fn run(
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                return Err(match verityfs::reader::corruption(&e) {
+                return Err(match verityfs::corruption(&e) {
                     // "DATA: FILE CORRUPTED! pos=..., level=..., want_hash=..., real_hash=..."
                     Some(corruption) => corruption.to_string(),
                     None => format!("reading '{data}': {e}"),

@@ -60,7 +60,7 @@ struct PendingBlock {
 }
 
 /// Builds a tree from the hashes of the data blocks, fed in data order.
-pub struct TreeBuilder<S> {
+pub(crate) struct TreeBuilder<S> {
     geometry: TreeGeometry,
     hasher: SaltedHasher,
     pending: Vec<PendingBlock>,
@@ -88,11 +88,6 @@ impl<S: TreeSink> TreeBuilder<S> {
             root: None,
             sink,
         }
-    }
-
-    /// The geometry of the tree being built.
-    pub fn geometry(&self) -> &TreeGeometry {
-        &self.geometry
     }
 
     /// Adds the hashes of the next data blocks: concatenated digests.

@@ -13,7 +13,7 @@ use crate::open::VerityFile;
 
 /// Bytes read at once by [`check_file`] (rounded down to whole blocks, and
 /// at least one block).
-pub const CHECK_CHUNK_SIZE: usize = 4 << 20;
+const CHECK_CHUNK_SIZE: usize = 4 << 20;
 
 /// What [`check_file`] found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

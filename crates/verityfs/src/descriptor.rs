@@ -69,7 +69,7 @@ pub struct Descriptor {
 impl Descriptor {
     /// The descriptor of a tree with `params` over `data_size` bytes whose
     /// root hash is `root_hash`, without a signature.
-    pub fn new(params: MerkleTreeParams, data_size: u64, root_hash: Digest) -> Self {
+    pub(crate) fn new(params: MerkleTreeParams, data_size: u64, root_hash: Digest) -> Self {
         debug_assert_eq!(root_hash.as_bytes().len(), params.digest_size());
         Descriptor {
             params,
@@ -81,7 +81,7 @@ impl Descriptor {
 
     /// The same descriptor, recording a signature of `sig_size` bytes stored
     /// right after it.
-    pub fn with_sig_size(self, sig_size: u32) -> Result<Self> {
+    pub(crate) fn with_sig_size(self, sig_size: u32) -> Result<Self> {
         if sig_size as usize > MAX_SIGNATURE_SIZE {
             return Err(Error::SignatureTooLarge(sig_size as usize));
         }

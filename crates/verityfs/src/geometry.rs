@@ -191,7 +191,8 @@ mod tests {
     }
 
     /// The reference model: build level sizes by repeated division, as the
-    /// spec's pseudo-code does, with plain arithmetic.
+    /// kernel's `fsverity_init_merkle_tree_params()` does, with plain
+    /// arithmetic.
     fn reference_levels(size: u64, block_size: u64, digest: u64) -> Vec<u64> {
         let arity = block_size / digest;
         let mut blocks = size.div_ceil(block_size);

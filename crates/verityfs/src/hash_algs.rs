@@ -71,7 +71,7 @@ impl HashAlgorithm {
 
     /// Input block size of the compression function (64 or 128): the salt
     /// is zero-padded to a multiple of this.
-    pub const fn internal_block_size(self) -> usize {
+    pub(crate) const fn internal_block_size(self) -> usize {
         match self {
             HashAlgorithm::Sha256 => 64,
             HashAlgorithm::Sha512 => 128,
@@ -222,7 +222,7 @@ pub struct SaltedHasher {
 impl SaltedHasher {
     /// A hasher for `alg` and `salt` (at most 32 bytes; an empty salt means
     /// no salt at all, not a block of zeroes).
-    pub fn new(alg: HashAlgorithm, salt: &[u8]) -> Self {
+    pub(crate) fn new(alg: HashAlgorithm, salt: &[u8]) -> Self {
         let mut salted = HashState::new(alg);
         if !salt.is_empty() {
             let padded_len = salt.len().next_multiple_of(alg.internal_block_size());
@@ -294,8 +294,8 @@ impl SaltedHasher {
     }
 
     /// Like [`SaltedHasher::hash_blocks`], spread over rayon's thread pool
-    /// (both cores here) in pieces of at least `MIN_PARALLEL_BYTES`.
-    pub fn par_hash_blocks(&self, blocks: &[u8], block_size: usize, out: &mut [u8]) {
+    /// (one thread per core) in pieces of at least `MIN_PARALLEL_BYTES`.
+    pub(crate) fn par_hash_blocks(&self, blocks: &[u8], block_size: usize, out: &mut [u8]) {
         use rayon::prelude::*;
         let d = self.alg.digest_size();
         let per_task = (MIN_PARALLEL_BYTES / block_size).max(1);

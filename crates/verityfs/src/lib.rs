@@ -4,11 +4,12 @@
 //! This crate holds the format: hash algorithms and salted block hashing
 //! ([`hash_algs`]), validated tree parameters ([`params`]), level geometry
 //! ([`geometry`]), the descriptor and file digest ([`descriptor`]) and
-//! streaming tree construction ([`build`]); and verity files stored in any
-//! directory: the on-disk layout ([`Location`], [`FileState`]), crash-safe
-//! enabling ([`enable`]), and the verified read path with its tree block
-//! cache, Merkle tree readahead and counters ([`open`], [`Counters`],
-//! [`read_metadata`]), and built-in signatures made and checked as
+//! streaming tree construction ([`build_merkle_tree`]); and verity files
+//! stored in any directory: the on-disk layout ([`Location`],
+//! [`FileState`]), crash-safe enabling ([`enable_verity`]), and the verified
+//! read path with its tree block cache, Merkle tree readahead and counters
+//! ([`Verifier`], [`VerityFile`], [`Counters`],
+//! [`VerityFile::read_metadata`]), and built-in signatures made and checked as
 //! fsverity-utils and the kernel do (`signature`, with the default `openssl`
 //! feature). It has no FUSE or command line code, so any program
 //! can embed it.
@@ -54,23 +55,23 @@
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod build;
+mod build;
 mod cache;
 pub mod check;
 pub mod descriptor;
-pub mod enable;
-pub mod error;
-pub mod expected;
+mod enable;
+mod error;
+mod expected;
 pub mod geometry;
 pub mod hash_algs;
 // Public for the fuzz targets and tests of the on-disk format only; the
 // types embedders meet are re-exported below.
 #[doc(hidden)]
 pub mod layout;
-pub mod open;
+mod open;
 pub mod params;
-pub mod read_metadata;
-pub mod reader;
+mod read_metadata;
+mod reader;
 // Public for its benchmark (`benches/sha256_mb.rs`) only.
 #[doc(hidden)]
 #[allow(unsafe_code)]
@@ -83,7 +84,7 @@ mod stats;
 pub mod stripped;
 mod verify;
 
-pub use build::{build_merkle_tree, DiscardTree, TreeBuilder, TreeSink};
+pub use build::{build_merkle_tree, DiscardTree, TreeSink};
 pub use descriptor::{formatted_digest, Descriptor};
 pub use enable::{enable_verity, enable_verity_checked, EnableRequest};
 pub use error::{Corruption, Error, Result, SignatureError};
@@ -94,7 +95,7 @@ pub use layout::{EnablingRecord, Location, XATTR_PREFIX};
 pub use open::{ReadOptions, Verifier, VerityFile};
 pub use params::{MerkleTreeParams, Salt};
 pub use read_metadata::MetadataType;
-pub use reader::VerifiedReader;
+pub use reader::{corruption, VerifiedReader};
 pub use state::{recover, FileState};
 pub use stats::{Counters, Snapshot};
 

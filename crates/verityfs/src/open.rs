@@ -65,11 +65,6 @@ impl Verifier {
         &self.totals
     }
 
-    /// The options.
-    pub fn options(&self) -> &ReadOptions {
-        &self.options
-    }
-
     /// Bytes held by the tree block cache.
     pub fn cache_bytes(&self) -> usize {
         self.cache.bytes()

@@ -12,10 +12,10 @@ pub const MAX_SALT_SIZE: usize = 32;
 pub const DEFAULT_BLOCK_SIZE: u32 = 4096;
 
 /// Smallest block size the kernel accepts for a verity file.
-pub const MIN_KERNEL_BLOCK_SIZE: u32 = 1024;
+const MIN_KERNEL_BLOCK_SIZE: u32 = 1024;
 
 /// Largest block size the kernel accepts (with 64 KiB pages and blocks).
-pub const MAX_KERNEL_BLOCK_SIZE: u32 = 65536;
+const MAX_KERNEL_BLOCK_SIZE: u32 = 65536;
 
 /// A salt of 0 to 32 bytes, prepended (padded) to every hashed block.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -18,18 +18,6 @@ pub enum MetadataType {
     Signature,
 }
 
-impl MetadataType {
-    /// The type with the kernel's number `n`; `EINVAL` otherwise.
-    pub fn from_id(n: u64) -> Result<Self> {
-        match n {
-            1 => Ok(MetadataType::MerkleTree),
-            2 => Ok(MetadataType::Descriptor),
-            3 => Ok(MetadataType::Signature),
-            _ => Err(Error::InvalidArgument("unknown metadata type")),
-        }
-    }
-}
-
 impl VerityFile {
     /// Up to `len` bytes of the metadata item `kind` from `offset`, like
     /// `pread`: short at the end, empty past it.

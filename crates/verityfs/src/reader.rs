@@ -18,7 +18,7 @@ use crate::open::VerityFile;
 /// Bytes verified at once by [`VerifiedReader::new`] (rounded up to whole
 /// blocks): reads smaller than this are served from a buffer, so that small
 /// or unaligned reads do not hash the same block twice.
-pub const DEFAULT_BUFFER_SIZE: usize = 256 << 10;
+const DEFAULT_BUFFER_SIZE: usize = 256 << 10;
 
 /// A `Read + Seek` stream over the verified data of a [`VerityFile`].
 ///
@@ -82,7 +82,7 @@ pub const DEFAULT_BUFFER_SIZE: usize = 256 << 10;
 /// let mut good = Vec::new();
 /// let err = reader.read_to_end(&mut good).unwrap_err();
 /// assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
-/// let bad = verityfs::reader::corruption(&err).unwrap();
+/// let bad = verityfs::corruption(&err).unwrap();
 /// assert_eq!((bad.pos, bad.level), (16384, -1)); // the 4096-byte block holding byte 20000
 /// assert_eq!(good, &data[..16384]); // everything before it, verified
 ///
@@ -104,8 +104,7 @@ pub struct VerifiedReader<F: Borrow<VerityFile> = VerityFile> {
 }
 
 impl<F: Borrow<VerityFile>> VerifiedReader<F> {
-    /// A reader at position 0, verifying [`DEFAULT_BUFFER_SIZE`] bytes at a
-    /// time for small reads.
+    /// A reader at position 0, verifying 256 KiB at a time for small reads.
     pub fn new(file: F) -> Self {
         Self::with_buffer_size(file, DEFAULT_BUFFER_SIZE)
     }
@@ -280,15 +279,15 @@ mod tests {
         (dir, file)
     }
 
-    fn pattern(n: usize) -> Vec<u8> {
-        (0..n as u32)
-            .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
-            .collect()
+    fn random_bytes(len: usize) -> Vec<u8> {
+        let mut bytes = vec![0; len];
+        fastrand::Rng::with_seed(len as u64).fill(&mut bytes);
+        bytes
     }
 
     #[test]
     fn reads_in_odd_sizes_and_seeks() {
-        let data = pattern(300_001);
+        let data = random_bytes(300_001);
         let (_dir, file) = detached(&data, None);
         let file = Arc::new(file);
         for (buffer, step) in [(4096, 1), (4096, 4097), (8192, 3000), (1 << 20, 100_000)] {
@@ -319,7 +318,7 @@ mod tests {
 
     #[test]
     fn stops_at_the_first_bad_block() {
-        let data = pattern(1_000_000);
+        let data = random_bytes(1_000_000);
         for (bad, buffer) in [
             (0, 65536),
             (5000, 65536),

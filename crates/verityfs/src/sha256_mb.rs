@@ -14,7 +14,7 @@
 //! Two properties of fs-verity's messages make the rest cheap:
 //! - The salt is zero-padded to a multiple of 64 bytes, the compression
 //!   function's block, so the state after it is computed once
-//!   ([`Sha256Prefix::new`]) and every block starts from there.
+//!   (a [`Sha256Prefix`]) and every block starts from there.
 //! - Blocks are a multiple of 64 bytes too, so every message ends exactly on
 //!   a compression block and its padding is a whole extra block of its own:
 //!   `0x80`, zeroes, and the message length in bits. That block is the same
@@ -86,7 +86,7 @@ impl Backend {
     /// the Zen 5 it was measured on, although two already nearly saturate
     /// its SHA unit; on cores with more `sha256rnds2` in flight the gap is
     /// larger.
-    pub fn best() -> Backend {
+    pub(crate) fn best() -> Backend {
         if ShaNi::detect().is_some() {
             Backend::ShaNi4
         } else {
@@ -124,7 +124,7 @@ impl Sha256Prefix {
     /// The state after `salt` zero-padded to a multiple of 64 bytes (an
     /// empty salt means no salt at all), hashing with the fastest backend
     /// this CPU supports.
-    pub fn new(salt: &[u8]) -> Self {
+    pub(crate) fn new(salt: &[u8]) -> Self {
         Self::with_backend(salt, Backend::best()).expect("the best backend is supported")
     }
 
@@ -147,16 +147,6 @@ impl Sha256Prefix {
             backend,
             sha_ni,
         })
-    }
-
-    /// The backend [`Sha256Prefix::hash_blocks`] uses.
-    pub fn backend(&self) -> Backend {
-        self.backend
-    }
-
-    /// Length of the padded salt in bytes (0 without a salt).
-    pub fn prefix_len(&self) -> u64 {
-        self.prefix_len
     }
 
     /// Hashes each `block_size` piece of `blocks` as
@@ -607,18 +597,10 @@ mod tests {
             .collect()
     }
 
-    /// `len` pseudo-random bytes from `seed` (SplitMix64).
-    fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
-        let mut x = seed;
-        let mut bytes = Vec::with_capacity(len + 8);
-        while bytes.len() < len {
-            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            bytes.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-        }
-        bytes.truncate(len);
+    /// `len` random bytes from a generator seeded with `seed`.
+    fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+        let mut bytes = vec![0; len];
+        fastrand::Rng::with_seed(seed).fill(&mut bytes);
         bytes
     }
 
@@ -648,7 +630,7 @@ mod tests {
 
     fn hash_with(backend: Backend, salt: &[u8], blocks: &[u8], block_size: usize) -> Vec<u8> {
         let prefix = Sha256Prefix::with_backend(salt, backend).expect("supported backend");
-        assert_eq!(prefix.backend(), backend);
+        assert_eq!(prefix.backend, backend);
         let mut out = vec![0u8; blocks.len() / block_size * DIGEST_SIZE];
         prefix.hash_blocks(blocks, block_size, &mut out);
         out
@@ -677,7 +659,7 @@ mod tests {
             seed in any::<u64>(),
         ) {
             let block_size = 1 << log_block_size;
-            let blocks = random_bytes(seed, count * block_size);
+            let blocks = random_bytes(count * block_size, seed);
             assert_all_backends_match(&salt, &blocks, block_size);
         }
     }
@@ -688,7 +670,7 @@ mod tests {
             for log_block_size in 6..=16 {
                 let block_size = 1 << log_block_size;
                 for count in 0..=9 {
-                    let blocks = random_bytes(count as u64, count * block_size);
+                    let blocks = random_bytes(count * block_size, count as u64);
                     assert_all_backends_match(salt, &blocks, block_size);
                 }
             }
@@ -702,7 +684,7 @@ mod tests {
         for backend in supported_backends() {
             let prefix = Sha256Prefix::with_backend(b"salt", backend).unwrap();
             for block_size in [4096, 64, 1024, 4096] {
-                let blocks = random_bytes(block_size as u64, 5 * block_size);
+                let blocks = random_bytes(5 * block_size, block_size as u64);
                 let mut out = vec![0u8; 5 * DIGEST_SIZE];
                 prefix.hash_blocks(&blocks, block_size, &mut out);
                 assert_eq!(out, reference(b"salt", &blocks, block_size), "{backend:?}");
@@ -758,8 +740,8 @@ mod tests {
     #[test]
     fn portable_backend_is_always_available() {
         let prefix = Sha256Prefix::with_backend(b"salt", Backend::Portable).unwrap();
-        assert_eq!(prefix.backend(), Backend::Portable);
-        let blocks = random_bytes(1, 5 * 4096);
+        assert_eq!(prefix.backend, Backend::Portable);
+        let blocks = random_bytes(5 * 4096, 1);
         let mut out = vec![0u8; 5 * DIGEST_SIZE];
         prefix.hash_blocks(&blocks, 4096, &mut out);
         assert_eq!(out, reference(b"salt", &blocks, 4096));
@@ -773,16 +755,16 @@ mod tests {
             Backend::Portable
         };
         assert_eq!(Backend::best(), expected);
-        assert_eq!(Sha256Prefix::new(b"").backend(), expected);
+        assert_eq!(Sha256Prefix::new(b"").backend, expected);
     }
 
     #[test]
     fn prefix_is_the_padded_salt() {
         assert_eq!(Sha256Prefix::new(b"").state, IV);
-        assert_eq!(Sha256Prefix::new(b"").prefix_len(), 0);
-        assert_eq!(Sha256Prefix::new(b"x").prefix_len(), 64);
-        assert_eq!(Sha256Prefix::new(&[1; 64]).prefix_len(), 64);
-        assert_eq!(Sha256Prefix::new(&[1; 65]).prefix_len(), 128);
+        assert_eq!(Sha256Prefix::new(b"").prefix_len, 0);
+        assert_eq!(Sha256Prefix::new(b"x").prefix_len, 64);
+        assert_eq!(Sha256Prefix::new(&[1; 64]).prefix_len, 64);
+        assert_eq!(Sha256Prefix::new(&[1; 65]).prefix_len, 128);
         // A one-byte salt and its explicit zero padding give the same state.
         let mut padded = [0u8; 64];
         padded[0] = b'x';

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{enable, expected_digest, open, open_rw, write_file, Rng};
+use common::{enable, expected_digest, open, open_rw, random_bytes, write_file};
 use verityfs::layout::{ENABLING_XATTR, LOCATION_XATTR};
 use verityfs::recover;
 use verityfs::{FileState, MerkleTreeParams, ReadOptions, Verifier};
@@ -69,10 +69,10 @@ struct Outcomes {
 fn killed_enables_leave_the_file_intact_or_verity() {
     let dir = tempfile::tempdir().unwrap();
     let params = MerkleTreeParams::default();
-    let mut rng = Rng(0xdead_beef);
+    let mut rng = fastrand::Rng::with_seed(0xdead_beef);
     let mut outcomes = Outcomes::default();
     for (size, kills) in [(1 << 20, 30), (16 << 20, 20), (64 << 20, 12)] {
-        let data = Rng(size as u64).bytes(size);
+        let data = random_bytes(size, size as u64);
         let path = write_file(dir.path(), &format!("f{size}"), &data);
         let digest = expected_digest(&data, &params);
         // How long a whole enable in a child takes, start-up included.
@@ -87,7 +87,7 @@ fn killed_enables_leave_the_file_intact_or_verity() {
         );
         make_regular(&path, size as u64);
         for kill in 0..kills {
-            let delay = whole.mul_f64(rng.below(1200) as f64 / 1000.0);
+            let delay = whole.mul_f64(f64::from(rng.u32(..1200)) / 1000.0);
             let finished = enable_in_child(&path, Some(delay));
             let what = format!("{size} bytes, kill {kill} after {delay:?} of {whole:?}");
             let file = open_rw(&path);

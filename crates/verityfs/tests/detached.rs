@@ -121,7 +121,7 @@ fn sizes_and_params() -> Vec<(usize, Vec<&'static str>)> {
 #[test]
 fn intact_files_read_back_with_fsverity_digest() {
     for (size, params) in sizes_and_params() {
-        let s = ship(common::pattern(size, size as u32), &params);
+        let s = ship(common::random_bytes(size, size as u64), &params);
         let file = s.open().unwrap();
         let alg = file.descriptor().params().hash_algorithm();
         assert_eq!(
@@ -154,14 +154,14 @@ fn intact_files_read_back_with_fsverity_digest() {
 #[test]
 fn corrupted_data_fails_at_the_first_bad_block() {
     for (size, params) in sizes_and_params().into_iter().filter(|(s, _)| *s > 0) {
-        let s = ship(common::pattern(size, 7), &params);
+        let s = ship(common::random_bytes(size, 7), &params);
         let bs = s.open().unwrap().geometry().block_size() as u64;
         for bad in [size as u64 - 1, size as u64 / 2, 0] {
             flip(&s.data, bad);
             let (got, err) = s.read_all();
             let err = err.unwrap_or_else(|| panic!("{size} {params:?}: byte {bad} not caught"));
             assert_eq!(err.kind(), io::ErrorKind::InvalidData);
-            let c = verityfs::reader::corruption(&err).unwrap();
+            let c = verityfs::corruption(&err).unwrap();
             let block = bad / bs * bs;
             assert_eq!(
                 (c.pos, c.level),
@@ -185,7 +185,7 @@ fn corrupted_tree_fails_at_the_first_block_it_covers() {
         (1_000_000, vec![]),
         (3_000_000, vec!["--hash-alg=sha512", "--block-size=1024"]),
     ] {
-        let s = ship(common::pattern(size, 9), &params);
+        let s = ship(common::random_bytes(size, 9), &params);
         let file = s.open().unwrap();
         let g = file.geometry();
         let bs = g.block_size() as u64;
@@ -200,7 +200,7 @@ fn corrupted_tree_fails_at_the_first_block_it_covers() {
             flip(&s.tree, tree_pos);
             let (got, err) = s.read_all();
             let err = err.expect("tree damage not caught");
-            let c = verityfs::reader::corruption(&err).unwrap();
+            let c = verityfs::corruption(&err).unwrap();
             assert_eq!(
                 (c.pos, c.level),
                 (first_data_block * bs, level as i32),
@@ -215,7 +215,7 @@ fn corrupted_tree_fails_at_the_first_block_it_covers() {
 
 #[test]
 fn wrong_descriptor_or_sizes_are_refused_or_caught() {
-    let s = ship(common::pattern(200_000, 3), &[]);
+    let s = ship(common::random_bytes(200_000, 3), &[]);
     let descriptor = fs::read(&s.descriptor).unwrap();
     // A changed root hash: another digest, and nothing verifies.
     let mut other = descriptor.clone();
@@ -231,7 +231,7 @@ fn wrong_descriptor_or_sizes_are_refused_or_caught() {
     assert_ne!(format!("sha256:{}", file.digest()), s.digest);
     let top = file.geometry().num_levels() as i32 - 1;
     let err = VerifiedReader::new(file).read(&mut [0; 10]).unwrap_err();
-    assert_eq!(verityfs::reader::corruption(&err).unwrap().level, top);
+    assert_eq!(verityfs::corruption(&err).unwrap().level, top);
 
     let open_with = |data: &Path, tree: &Path, desc: &[u8]| {
         VerityFile::open_detached(
@@ -295,7 +295,7 @@ fn verify_download(s: &Shipped, expected: Option<&str>) -> Output {
 
 #[test]
 fn example_streams_verified_data_and_checks_the_digest() {
-    let s = ship(common::pattern(2_500_000, 11), &["--hash-alg=sha512"]);
+    let s = ship(common::random_bytes(2_500_000, 11), &["--hash-alg=sha512"]);
     let compact = s.digest.split_once(':').unwrap().1.to_owned();
     for expected in [None, Some(s.digest.as_str()), Some(compact.as_str())] {
         let out = verify_download(&s, expected);
@@ -318,7 +318,7 @@ fn example_streams_verified_data_and_checks_the_digest() {
 
 #[test]
 fn example_stops_at_corruption() {
-    let s = ship(common::pattern(2_500_000, 12), &[]);
+    let s = ship(common::random_bytes(2_500_000, 12), &[]);
     flip(&s.data, 1_234_567);
     let out = verify_download(&s, Some(&s.digest));
     assert_eq!(out.status, 1);

@@ -11,9 +11,12 @@
 
 #![cfg(feature = "openssl")]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::random_bytes;
 use verityfs::signature::{
     sign_digest, sign_digest_with, verify_signature, Certificate, Pkcs7Step, SignError, SigningKey,
 };
@@ -99,19 +102,6 @@ fn keys() -> Keys {
     Keys { dir }
 }
 
-/// Pseudo-random test data (xorshift), `len` bytes from `seed`.
-fn data(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
 /// The file digest of `data` with `alg`, block size `bs` and `salt`.
 fn file_digest(data: &[u8], alg: HashAlgorithm, bs: u32, salt: &[u8]) -> Digest {
     let params = MerkleTreeParams::new(alg, bs.into(), salt).unwrap();
@@ -157,7 +147,7 @@ fn rsa_signatures_equal_fsverity_sign() {
         (HashAlgorithm::Sha256, 4096, b"", 4096),
     ];
     for (i, &(alg, bs, salt, len)) in cases.iter().enumerate() {
-        let contents = data(len, i as u64 + 7);
+        let contents = random_bytes(len, i as u64 + 7);
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), &contents).unwrap();
         let digest = file_digest(&contents, alg, bs, salt);
@@ -192,6 +182,23 @@ fn a_pem_file_with_key_and_certificate_serves_as_both() {
     verify_signature(&sig, HashAlgorithm::Sha256, &digest, &[keys.cert("rsa")]).unwrap();
 }
 
+#[test]
+fn a_der_certificate_verifies_as_its_pem_form_does() {
+    // DER is the form `keyctl padd asymmetric '' %keyring:.fs-verity` takes.
+    let keys = keys();
+    run(Command::new("openssl").current_dir(keys.path("")).args([
+        "x509", "-in", "rsa.crt", "-outform", "DER", "-out", "rsa.der",
+    ]));
+    let der = Certificate::from_der(&keys.read("rsa.der")).unwrap();
+    let digest = file_digest(b"hello", HashAlgorithm::Sha256, 4096, b"");
+    let sig = keys
+        .sign(HashAlgorithm::Sha256, &digest, "rsa", "rsa")
+        .unwrap();
+    verify_signature(&sig, HashAlgorithm::Sha256, &digest, &[der]).unwrap();
+    let other = Certificate::from_der(&keys.read("rsa-other.crt"));
+    assert!(other.is_err(), "a PEM file read as DER");
+}
+
 /// Verifies `sig` over `formatted` with `openssl smime`, the signer's
 /// certificate supplied from `cert` (the signature carries none).
 fn openssl_smime_verify(sig: &[u8], formatted: &[u8], cert: &Path) {
@@ -212,7 +219,7 @@ fn openssl_smime_verify(sig: &[u8], formatted: &[u8], cert: &Path) {
 fn ecdsa_signatures_verify() {
     let keys = keys();
     for (i, alg) in HashAlgorithm::ALL.into_iter().enumerate() {
-        let contents = data(50_000, 100 + i as u64);
+        let contents = random_bytes(50_000, 100 + i as u64);
         let digest = file_digest(&contents, alg, 4096, b"");
         let sig = sign_digest(alg, &digest, &keys.read("ec.key"), &keys.read("ec.crt")).unwrap();
         verify_signature(&sig, alg, &digest, &[keys.cert("rsa"), keys.cert("ec")]).unwrap();
@@ -229,7 +236,7 @@ fn ecdsa_signatures_verify() {
 #[test]
 fn rsa_signature_verifies_with_openssl() {
     let keys = keys();
-    let digest = file_digest(&data(9999, 3), HashAlgorithm::Sha512, 4096, b"");
+    let digest = file_digest(&random_bytes(9999, 3), HashAlgorithm::Sha512, 4096, b"");
     let sig = keys
         .sign(HashAlgorithm::Sha512, &digest, "rsa", "rsa")
         .unwrap();
@@ -250,8 +257,8 @@ fn verify_errno(sig: &[u8], alg: HashAlgorithm, digest: &Digest, trusted: &[Cert
 fn kernel_errors_for_bad_signatures() {
     let keys = keys();
     let alg = HashAlgorithm::Sha256;
-    let digest = file_digest(&data(12345, 1), alg, 4096, b"");
-    let other = file_digest(&data(12345, 2), alg, 4096, b"");
+    let digest = file_digest(&random_bytes(12345, 1), alg, 4096, b"");
+    let other = file_digest(&random_bytes(12345, 2), alg, 4096, b"");
     let rsa = keys.sign(alg, &digest, "rsa", "rsa").unwrap();
     let ec = keys.sign(alg, &digest, "ec", "ec").unwrap();
     let trusted = [keys.cert("rsa"), keys.cert("ec")];
@@ -267,7 +274,7 @@ fn kernel_errors_for_bad_signatures() {
         assert_eq!(verify_errno(sig, alg, &other, &trusted), libc::EKEYREJECTED);
         // The same digest bytes claimed for another algorithm's file are
         // another formatted digest.
-        let sha512 = file_digest(&data(12345, 1), HashAlgorithm::Sha512, 4096, b"");
+        let sha512 = file_digest(&random_bytes(12345, 1), HashAlgorithm::Sha512, 4096, b"");
         let err = verify_errno(sig, HashAlgorithm::Sha512, &sha512, &trusted);
         assert_eq!(err, libc::EKEYREJECTED);
         // Malformed: truncated, or garbage.

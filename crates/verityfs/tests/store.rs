@@ -5,7 +5,7 @@ mod common;
 
 use std::fs::File;
 
-use common::{enable, expected_digest, open, open_rw, pattern, write_file};
+use common::{enable, expected_digest, open, open_rw, random_bytes, write_file};
 use verityfs::{
     build_merkle_tree, enable_verity, DiscardTree, EnableRequest, FileState, HashAlgorithm,
     MerkleTreeParams, MetadataType, ReadOptions, Verifier,
@@ -23,7 +23,7 @@ fn enable_then_read_everything_back() {
         (3_000_001, 4096, HashAlgorithm::Sha512),
         (5_000_000, 65536, HashAlgorithm::Sha256),
     ] {
-        let data = pattern(size, bs as u32);
+        let data = random_bytes(size, bs);
         let params = MerkleTreeParams::new(alg, bs, b"salt").unwrap();
         let path = write_file(dir.path(), &format!("f{size}-{bs}"), &data);
         let descriptor = enable(&path, params).unwrap();
@@ -54,7 +54,7 @@ fn enable_then_read_everything_back() {
 fn interrupted_enable_leaves_the_file_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     for (size, bs) in [(1, 4096), (10 << 20, 4096), ((5 << 20) + 5, 1024)] {
-        let data = pattern(size, 1);
+        let data = random_bytes(size, 1);
         let params = MerkleTreeParams::new(HashAlgorithm::Sha256, bs, b"").unwrap();
         let path = write_file(dir.path(), &format!("f{size}"), &data);
         let mut chunks = 0;
@@ -95,7 +95,7 @@ fn interrupted_enable_leaves_the_file_as_it_was() {
 #[test]
 fn sequential_reads_with_and_without_readahead() {
     let dir = tempfile::tempdir().unwrap();
-    let data = pattern(64 << 20, 2);
+    let data = random_bytes(64 << 20, 2);
     let path = write_file(dir.path(), "f", &data);
     enable(&path, MerkleTreeParams::default()).unwrap();
     let level0_blocks = (64 << 20) / 4096 / 128;
@@ -133,7 +133,7 @@ fn sequential_reads_with_and_without_readahead() {
 #[test]
 fn read_metadata_far_past_the_end_reads_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let path = write_file(dir.path(), "f", &pattern(100_000, 3));
+    let path = write_file(dir.path(), "f", &random_bytes(100_000, 3));
     enable(&path, MerkleTreeParams::default()).unwrap();
     let file = open(&Verifier::new(ReadOptions::default()), &path);
     for kind in [MetadataType::MerkleTree, MetadataType::Descriptor] {

@@ -162,19 +162,11 @@ pub fn flip_byte(path: &Path, pos: u64) {
     file.sync_all().unwrap();
 }
 
-/// `len` pseudo-random bytes from `seed` (SplitMix64: stable and fast).
+/// `len` random bytes from a generator seeded with `seed`.
 pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-    }
-    out.truncate(len);
-    out
+    let mut bytes = vec![0; len];
+    fastrand::Rng::with_seed(seed).fill(&mut bytes);
+    bytes
 }
 
 /// The page size.
@@ -1097,33 +1089,20 @@ pub fn digest_of(data: &[u8], alg: u32, block_size: u32, salt: &[u8]) -> String 
     format!("{}:{}", alg.name(), descriptor.file_digest().to_hex())
 }
 
-/// SplitMix64: small, seedable, good enough.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n` > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
+/// The draws the randomized tests make most, on the seeded generator.
+pub trait Draw {
+    /// One of `items`, each equally likely.
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T;
     /// True with probability `percent`/100.
-    pub fn percent(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
+    fn percent(&mut self, percent: u32) -> bool;
+}
+
+impl Draw for fastrand::Rng {
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.usize(..items.len())]
     }
 
-    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-
-    pub fn u32(&mut self) -> u32 {
-        self.next() as u32
+    fn percent(&mut self, percent: u32) -> bool {
+        self.u32(..100) < percent
     }
 }

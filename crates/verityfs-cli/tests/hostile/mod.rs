@@ -9,6 +9,8 @@
 use std::fs::{self, File};
 use std::io;
 
+use fastrand::Rng;
+
 use crate::common::*;
 
 /// `FUSE_VERITY_ENABLE_ARG_MAX_PAGES` (`fs/fuse/ioctl.c`): the FUSE driver
@@ -421,24 +423,24 @@ pub fn sweep(limits: &Limits) -> (Vec<EnableCase>, Vec<MeasureCase>) {
 pub fn random_size(rng: &mut Rng, limits: &Limits, typical_max: u32, limit: u32) -> u32 {
     let max = limits.max_enable_buffer() as u32;
     let fits = (limits.max_pages * limits.page - 128) as u32;
-    match rng.below(20) {
+    match rng.u64(..20) {
         0..=7 => 0,
-        8..=11 => 1 + rng.below(u64::from(typical_max)) as u32,
+        8..=11 => 1 + rng.u32(..typical_max),
         12 => limit,
         13 => limit + 1,
-        14 => limit + 1 + rng.below(8192) as u32,
+        14 => limit + 1 + rng.u32(..8192),
         15 => rng.pick(&[fits - 1, fits, fits + 1, max - 1, max, max + 1]),
         16 => rng.pick(&[u32::MAX, u32::MAX - 1, 1 << 31, 1 << 24]),
-        17 => rng.u32(),
-        _ => rng.below(2 << 20) as u32,
+        17 => rng.u32(..),
+        _ => rng.u32(..2 << 20),
     }
 }
 
 pub fn random_ptr(rng: &mut Rng, size: u32) -> Ptr {
-    match rng.below(20) {
+    match rng.u64(..20) {
         0 => Ptr::Bad(rng.pick(&BadAddress::ALL)),
         1 => Ptr::Guard,
-        2 | 3 if size > 0 => Ptr::Straddle(rng.below(u64::from(size).min(1 << 20)) as usize),
+        2 | 3 if size > 0 => Ptr::Straddle(rng.usize(..size.min(1 << 20) as usize)),
         _ => Ptr::Valid,
     }
 }
@@ -448,17 +450,17 @@ pub fn random_enable(rng: &mut Rng, limits: &Limits) -> EnableCase {
     let version = if rng.percent(85) {
         1
     } else {
-        let any = rng.u32();
+        let any = rng.u32(..);
         rng.pick(&[0, 2, 3, 0x100, u32::MAX, any])
     };
     let hash_algorithm = if rng.percent(80) {
         rng.pick(&[1, 2])
     } else {
-        let any = rng.u32();
+        let any = rng.u32(..);
         rng.pick(&[0, 3, 4, 255, 256, 257, u32::MAX, any])
     };
-    let any = rng.u32() | 3;
-    let block_size = match rng.below(20) {
+    let any = rng.u32(..) | 3;
+    let block_size = match rng.u64(..20) {
         0 | 1 => rng.pick(&[0, 3, 4095, 4097, 0x8000_0001, any]),
         2 | 3 => rng.pick(&[1, 2, 512, 1 << 17, 1 << 20, 1 << 31]),
         _ => rng.pick(&[1024, 2048, 4096, 8192, 65536]),
@@ -470,15 +472,12 @@ pub fn random_enable(rng: &mut Rng, limits: &Limits) -> EnableCase {
         MAX_SIGNATURE_SIZE as u32,
         MAX_SIGNATURE_SIZE as u32,
     );
-    let reserved = rng.percent(10).then(|| {
-        (
-            rng.below(RESERVED_BYTES as u64) as usize,
-            1 + rng.below(255) as u8,
-        )
-    });
-    let arg = match rng.below(50) {
+    let reserved = rng
+        .percent(10)
+        .then(|| (rng.usize(..RESERVED_BYTES), rng.u8(1..)));
+    let arg = match rng.u64(..50) {
         0 => ArgAt::Bad(rng.pick(&BadAddress::ALL)),
-        1 => ArgAt::Short(rng.below(128) as usize),
+        1 => ArgAt::Short(rng.usize(..128)),
         _ => ArgAt::Whole,
     };
     EnableCase {
@@ -497,15 +496,15 @@ pub fn random_enable(rng: &mut Rng, limits: &Limits) -> EnableCase {
 
 pub fn random_measure(rng: &mut Rng) -> MeasureCase {
     let target = rng.pick(&[Kind::Plain, Kind::Verity, Kind::Verity, Kind::Dir]);
-    let digest_size = match rng.below(4) {
-        0 => rng.next() as u16,
+    let digest_size = match rng.u64(..4) {
+        0 => rng.u16(..),
         _ => rng.pick(&[0, 1, 31, 32, 33, 63, 64, 65, 255, 4096, 65535]),
     };
     let exact = DIGEST_HEADER_SIZE + usize::from(digest_size);
-    let avail = match rng.below(20) {
+    let avail = match rng.u64(..20) {
         0 => Err(rng.pick(&BadAddress::ALL)),
-        1 | 2 => Ok(rng.below(exact as u64) as usize),
-        3 | 4 => Ok(exact + rng.below(256) as usize),
+        1 | 2 => Ok(rng.usize(..exact)),
+        3 | 4 => Ok(exact + rng.usize(..256)),
         _ => Ok(exact),
     };
     MeasureCase {

@@ -10,6 +10,8 @@
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
+use fastrand::Rng;
+
 use super::{errno_name, Records};
 use crate::common::*;
 use crate::hostile::*;
@@ -75,20 +77,20 @@ pub fn run(dir: &Path) -> Records {
         batch.verity.push(target);
     }
     let (enables, measures) = sweep(&batch.limits);
-    let mut rng = Rng(SEED);
+    let mut rng = Rng::with_seed(SEED);
     for case in enables {
-        batch.enable(case, rng.next());
+        batch.enable(case, rng.u64(..));
     }
     for case in measures {
-        batch.measure(case, rng.next());
+        batch.measure(case, rng.u64(..));
     }
     for _ in 0..RANDOM_CALLS {
         if rng.percent(60) {
             let case = random_enable(&mut rng, &batch.limits);
-            batch.enable(case, rng.next());
+            batch.enable(case, rng.u64(..));
         } else {
             let case = random_measure(&mut rng);
-            batch.measure(case, rng.next());
+            batch.measure(case, rng.u64(..));
         }
     }
     batch.records

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::common::{raw_measure, run_ok, Mount, Rng, FSVERITY};
+use fastrand::Rng;
+
+use crate::common::{raw_measure, run_ok, Mount, FSVERITY};
 use crate::plan::{log_stream, Acks, Plan, VerityFile, ACKS, CHECK_ACKS, CHECK_PLAN, PLAN, REPORT};
 
 /// The disk under test (the oracle's first extra drive).
@@ -238,7 +240,7 @@ fn workload(plan: &Plan, io: &Path, files: &Path, program: &Path) -> ! {
         }
         step += 1;
     };
-    let mut rng = Rng(plan.files[0].seed ^ 0x9a05e);
+    let mut rng = Rng::with_seed(plan.files[0].seed ^ 0x9a05e);
     if let Some((name, seed)) = plan.log.clone() {
         let (path, acker, pause) = (mount.path(&name), acker.clone(), plan.max_pause_ms / 4);
         thread::spawn(move || append_log(&path, &name, seed, pause, &acker));
@@ -262,7 +264,7 @@ fn workload(plan: &Plan, io: &Path, files: &Path, program: &Path) -> ! {
 }
 
 fn pause(rng: &mut Rng, max_ms: u64) {
-    thread::sleep(Duration::from_millis(rng.below(max_ms + 1)));
+    thread::sleep(Duration::from_millis(rng.u64(..=max_ms)));
 }
 
 fn write_synced(path: &Path, data: &[u8]) {
@@ -290,7 +292,7 @@ fn enable(path: &PathBuf, params: &[String]) {
 /// Appends chunks of the log's stream, each fsynced and acknowledged.
 fn append_log(path: &Path, name: &str, seed: u64, max_pause_ms: u64, acker: &Acker) {
     let stream = log_stream(seed);
-    let mut rng = Rng(seed);
+    let mut rng = Rng::with_seed(seed);
     let mut file = OpenOptions::new()
         .create(true)
         .append(true)
@@ -298,7 +300,7 @@ fn append_log(path: &Path, name: &str, seed: u64, max_pause_ms: u64, acker: &Ack
         .unwrap();
     let mut len = 0;
     while len < stream.len() {
-        let n = (1 + rng.below(64 << 10) as usize).min(stream.len() - len);
+        let n = (1 + rng.usize(..64 << 10)).min(stream.len() - len);
         file.write_all(&stream[len..len + n]).unwrap();
         file.sync_all().unwrap();
         len += n;

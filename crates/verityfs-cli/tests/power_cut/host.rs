@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::common::{digest, random_bytes, run_ok, Rng, VERITYFS};
+use fastrand::Rng;
+
+use crate::common::{digest, random_bytes, run_ok, VERITYFS};
 use crate::plan::{Acks, Plan, VerityFile, ACKS, CHECK_ACKS, CHECK_PLAN, PLAN, REPORT};
 
 /// The cut count when `VERITYFS_POWER_CUTS` is not set: a few minutes.
@@ -31,12 +33,12 @@ pub fn run() {
     });
     println!("power_cut: {cuts} cuts, VERITYFS_POWER_CUT_SEED={seed}");
     let campaign = Campaign::new();
-    let mut rng = Rng(seed);
+    let mut rng = Rng::with_seed(seed);
     let mut tally = BTreeMap::<(&str, String), usize>::new();
     let mut checked: Option<(Plan, String)> = None;
     for cut in 0..=cuts {
         let plan = (cut < cuts).then(|| Plan::random(&mut rng, cut, |f| campaign.digest(f)));
-        let delay = rng.below(CUT_WINDOW_MS) as f64 / 1000.0;
+        let delay = rng.u64(..CUT_WINDOW_MS) as f64 / 1000.0;
         let out = campaign.boot(plan.as_ref(), checked.as_ref(), delay);
         if let Some((plan, acks)) = &checked {
             judge(&campaign, cut - 1, plan, acks, &out, &mut tally);

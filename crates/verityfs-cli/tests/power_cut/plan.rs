@@ -7,7 +7,9 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 
-use crate::common::{random_bytes, Rng};
+use fastrand::Rng;
+
+use crate::common::{random_bytes, Draw};
 
 /// The plan of the next cut, written by the host.
 pub const PLAN: &str = "plan";
@@ -74,21 +76,21 @@ pub struct Plan {
 impl Plan {
     /// A random plan; `digest` gives `fsverity digest` of a file's data.
     pub fn random(rng: &mut Rng, cut: usize, digest: impl Fn(&VerityFile) -> String) -> Plan {
-        let count = 2 + rng.below(2) as usize;
+        let count = 2 + rng.usize(..2);
         let files: Vec<VerityFile> = (0..count)
             .map(|i| {
                 // 1 to 64 MiB, mostly small, rarely a multiple of a block.
                 let size = (1usize << (20 + rng.pick(&[0, 0, 0, 1, 1, 2, 3, 4, 6])))
-                    - rng.below(1 << 19) as usize;
+                    - rng.usize(..1 << 19);
                 let salt_len = rng.pick(&[0, 0, 1, 16, 32]);
                 let salt = (0..salt_len).fold(String::new(), |mut s, _| {
-                    let _ = write!(s, "{:02x}", rng.next() as u8);
+                    let _ = write!(s, "{:02x}", rng.u8(..));
                     s
                 });
                 let mut file = VerityFile {
                     name: format!("c{cut}-f{i}"),
                     size,
-                    seed: rng.next(),
+                    seed: rng.u64(..),
                     hash_alg: rng.pick(&["sha256", "sha256", "sha512"]).to_owned(),
                     block_size: rng.pick(&[4096, 4096, 1024, 2048]),
                     salt,
@@ -98,9 +100,11 @@ impl Plan {
                 file
             })
             .collect();
-        let log = rng.percent(40).then(|| (format!("c{cut}-log"), rng.next()));
+        let log = rng
+            .percent(40)
+            .then(|| (format!("c{cut}-log"), rng.u64(..)));
         Plan {
-            cut_step: rng.below(2 * files.len() as u64 + 1) as usize,
+            cut_step: rng.usize(..=2 * files.len()),
             files,
             log,
             max_pause_ms: rng.pick(&[0, 500, 2000, 6000]),

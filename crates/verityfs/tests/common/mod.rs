@@ -13,11 +13,11 @@ use verityfs::{
     Verifier, VerityFile,
 };
 
-/// `size` bytes of deterministic, non-repeating data.
-pub fn pattern(size: usize, seed: u32) -> Vec<u8> {
-    (0..size as u32)
-        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 13) as u8)
-        .collect()
+/// `len` random bytes from a generator seeded with `seed`.
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut bytes = vec![0; len];
+    fastrand::Rng::with_seed(seed).fill(&mut bytes);
+    bytes
 }
 
 /// Creates `dir/name` holding `data`.
@@ -60,33 +60,4 @@ pub fn build(data: &[u8], params: &MerkleTreeParams) -> (Descriptor, Vec<u8>) {
 /// The fs-verity digest of `data` with `params`.
 pub fn expected_digest(data: &[u8], params: &MerkleTreeParams) -> Digest {
     build(data, params).0.file_digest()
-}
-
-/// A small seeded random number generator (SplitMix64).
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// `n` random bytes.
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(n + 8);
-        while v.len() < n {
-            v.extend_from_slice(&self.next().to_le_bytes());
-        }
-        v.truncate(n);
-        v
-    }
-
-    /// A number in `0..n` (`n` > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }

@@ -104,7 +104,7 @@ impl Pattern {
         if self.aligned {
             return i * self.len as u64 % size;
         }
-        let block = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40;
+        let block = fastrand::Rng::with_seed(i).u64(..size / 4096);
         (block * 4096 + 1000) % (size - self.len as u64)
     }
 }
@@ -123,9 +123,8 @@ pub struct WarmFile {
 impl WarmFile {
     /// The fixture for `alg` with 4 KiB blocks and a salt.
     pub fn new(alg: HashAlgorithm) -> Self {
-        let data: Vec<u8> = (0..FILE_SIZE as u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-            .collect();
+        let mut data = vec![0; FILE_SIZE];
+        fastrand::Rng::with_seed(FILE_SIZE as u64).fill(&mut data);
         let params = MerkleTreeParams::new(alg, 4096, b"salt").unwrap();
         let size = data.len() as u64;
         let (descriptor, tree) =
