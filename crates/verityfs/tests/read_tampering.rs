@@ -315,8 +315,14 @@ fn truncated_backing_files_fail_reads_without_stale_bytes() {
     }
 }
 
-/// How long each subject is attacked.
+/// How long each subject is attacked at least, and at most while too few
+/// reads have succeeded or failed (on a busy machine).
 const ATTACK: Duration = Duration::from_secs(3);
+const MAX_ATTACK: Duration = Duration::from_secs(30);
+
+/// Reads that must have succeeded, and failed, during an attack.
+const ENOUGH_OK: u64 = 200;
+const ENOUGH_FAILED: u64 = 20;
 
 /// One attack: forges a random part of the file, restores it, or cuts a
 /// backing file short for a moment.
@@ -377,7 +383,8 @@ fn concurrent_forgery_never_yields_forged_bytes() {
             });
             let mut rng = Rng(99);
             let start = Instant::now();
-            while start.elapsed() < ATTACK {
+            let enough = || ok.load(Relaxed) >= ENOUGH_OK && failed.load(Relaxed) >= ENOUGH_FAILED;
+            while start.elapsed() < ATTACK || (!enough() && start.elapsed() < MAX_ATTACK) {
                 attack_once(subject, &mut rng);
             }
             stop.store(true, Relaxed);
