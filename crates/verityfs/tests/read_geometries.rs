@@ -26,8 +26,10 @@ use verityfs::{
     VerityFile,
 };
 
-/// The largest file of the in-memory sweep.
+/// The largest file of the in-memory sweep, but for one file per geometry
+/// whose level 0 has more than 1024 blocks, if no larger than the second.
 const MAX_SWEEP_SIZE: u64 = 6 << 20;
+const MAX_LONG_LEVEL0_SIZE: u64 = 20 << 20;
 
 /// Verifiers with a cache large enough for any tree here, one that holds
 /// about one block per shard (every walk up the tree evicts), and one
@@ -133,6 +135,12 @@ fn sizes(bs: u64, arity: u64) -> Vec<u64> {
         blocks *= arity;
     }
     sizes.retain(|&s| s <= MAX_SWEEP_SIZE);
+    // A level 0 of more than 1024 blocks, read as one run from the start:
+    // one `preadv` takes at most 1024 buffers.
+    let long_level0 = 1025 * arity * bs + 1;
+    if long_level0 <= MAX_LONG_LEVEL0_SIZE {
+        sizes.push(long_level0);
+    }
     sizes
 }
 
