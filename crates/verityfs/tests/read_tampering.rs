@@ -315,6 +315,37 @@ fn truncated_backing_files_fail_reads_without_stale_bytes() {
     }
 }
 
+#[test]
+fn failed_reads_leave_no_forged_bytes_in_the_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    for subject in subjects(dir.path()) {
+        let file = subject.open(&Verifier::new(ReadOptions::default()));
+        // Forged data under the genuine tree: the data blocks fail.
+        for (part, range) in &subject.forged_regions {
+            if *part == Part::Data {
+                subject.write(*part, range.clone(), true);
+            }
+        }
+        for &block in &subject.forged_blocks {
+            let pos = block as usize * subject.bs;
+            let end = (pos + subject.bs).min(subject.data.len());
+            // Aligned reads go straight into the caller's buffer.
+            let mut buf = vec![0xa5; end - pos];
+            assert!(
+                file.read_at(&mut buf, pos as u64).is_err(),
+                "{}",
+                subject.name
+            );
+            assert!(
+                buf.iter().all(|&b| b == 0),
+                "{}: block {block}: bytes left in the buffer of a failed read",
+                subject.name
+            );
+        }
+        subject.restore();
+    }
+}
+
 /// How long each subject is attacked at least, and at most while too few
 /// reads have succeeded or failed (on a busy machine).
 const ATTACK: Duration = Duration::from_secs(3);
