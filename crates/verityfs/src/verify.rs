@@ -122,8 +122,15 @@ impl VerityFile {
         let mut plan = self.plan_tree_reads(first, last, offset, len);
         let buf = &mut buf[..len];
         if start == offset && end == offset + len as u64 {
-            self.read_data(buf, start)?;
-            self.verify_data(first, buf, &mut plan)?;
+            // The data is read straight into the caller's buffer: if it
+            // fails its check, the caller must not be left holding it.
+            let checked = self
+                .read_data(buf, start)
+                .and_then(|()| self.verify_data(first, buf, &mut plan));
+            if let Err(e) = checked {
+                buf.fill(0);
+                return Err(e);
+            }
         } else {
             with_bounce_buffer((end - start) as usize, |blocks| -> Result<()> {
                 self.read_data(blocks, start)?;
