@@ -69,7 +69,7 @@ pub struct Descriptor {
 impl Descriptor {
     /// The descriptor of a tree with `params` over `data_size` bytes whose
     /// root hash is `root_hash`, without a signature.
-    pub(crate) fn new(params: MerkleTreeParams, data_size: u64, root_hash: Digest) -> Self {
+    pub fn new(params: MerkleTreeParams, data_size: u64, root_hash: Digest) -> Self {
         debug_assert_eq!(root_hash.as_bytes().len(), params.digest_size());
         Descriptor {
             params,

@@ -20,7 +20,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::{build, pattern, write_file, Rng};
+use common::{build, random_bytes, write_file};
+use fastrand::Rng;
 use verityfs::{
     Descriptor, HashAlgorithm, MerkleTreeParams, ReadOptions, SaltedHasher, TreeGeometry, Verifier,
     VerityFile,
@@ -107,14 +108,14 @@ fn reads(size: u64, bs: u64, arity: u64, rng: &mut Rng) -> Vec<(u64, usize)> {
         (size + 5000, 10),
     ];
     for _ in 0..40 {
-        let offset = rng.below(size + 2);
-        let len = match rng.below(4) {
-            0 => rng.below(2 * bs) + 1,
-            1 => rng.below(5 * bs) + 1,
-            2 => rng.below(600 << 10) + 1,
-            _ => (rng.below(8) + 1) * bs,
+        let offset = rng.u64(..size + 2);
+        let len = match rng.u64(..4) {
+            0 => rng.u64(..2 * bs) + 1,
+            1 => rng.u64(..5 * bs) + 1,
+            2 => rng.u64(..600 << 10) + 1,
+            _ => (rng.u64(..8) + 1) * bs,
         };
-        let offset = if rng.below(2) == 0 {
+        let offset = if rng.u64(..2) == 0 {
             offset / bs * bs
         } else {
             offset
@@ -148,7 +149,7 @@ fn sizes(bs: u64, arity: u64) -> Vec<u64> {
 fn every_geometry_reads_back_its_data() {
     let dir = tempfile::tempdir().unwrap();
     let salts: [&[u8]; 3] = [b"", b"s", &[0x5c; 32]];
-    let mut rng = Rng(7);
+    let mut rng = Rng::with_seed(7);
     let mut cases = 0;
     let mut max_levels = 0;
     for alg in HashAlgorithm::ALL {
@@ -159,7 +160,7 @@ fn every_geometry_reads_back_its_data() {
             let arity = bs / alg.digest_size() as u64;
             for size in sizes(bs, arity) {
                 let what = format!("{alg}, {bs}-byte blocks, salt {salt:02x?}, {size} bytes");
-                let data = pattern(size as usize, size as u32 ^ log_bs);
+                let data = random_bytes(size as usize, size ^ log_bs as u64);
                 let (descriptor, tree) = build(&data, &params);
                 write_file(dir.path(), "data", &data);
                 write_file(dir.path(), "tree", &tree);
@@ -293,7 +294,7 @@ impl SparseTree {
 fn marked_blocks(blocks: u64, arity: u64, rng: &mut Rng) -> Vec<u64> {
     let group_edge = (blocks - 1) / arity * arity;
     let mut marked = vec![0, 1, blocks - 1, group_edge, group_edge.saturating_sub(1)];
-    marked.extend((0..6).map(|_| rng.below(blocks)));
+    marked.extend((0..6).map(|_| rng.u64(..blocks)));
     marked.sort_unstable();
     marked.dedup();
     marked.retain(|&b| b < blocks);
@@ -302,7 +303,7 @@ fn marked_blocks(blocks: u64, arity: u64, rng: &mut Rng) -> Vec<u64> {
 
 #[test]
 fn sparse_tree_model_matches_the_tree_builder() {
-    let mut rng = Rng(11);
+    let mut rng = Rng::with_seed(11);
     for (alg, bs, size) in [
         (HashAlgorithm::Sha512, 1024, 70_000),
         (HashAlgorithm::Sha512, 1024, 4096 * 1024),
@@ -317,7 +318,7 @@ fn sparse_tree_model_matches_the_tree_builder() {
             let blocks = size.div_ceil(bs);
             for block in marked_blocks(blocks, bs / alg.digest_size() as u64, &mut rng) {
                 let range = (block * bs) as usize..(((block + 1) * bs).min(size)) as usize;
-                data[range.clone()].copy_from_slice(&rng.bytes(range.len()));
+                data[range.clone()].copy_from_slice(&random_bytes(range.len(), rng.u64(..)));
                 model.set_data_block(block, &data[range]);
             }
         }
@@ -344,13 +345,13 @@ fn tall_tree(alg: HashAlgorithm, bs: u64, size: u64, levels: usize) {
     let tree_file = File::create(dir.path().join("tree")).unwrap();
     tree_file.set_len(geometry.tree_size()).unwrap();
     let mut model = SparseTree::new(&params, size);
-    let mut rng = Rng(size ^ bs);
+    let mut rng = Rng::with_seed(size ^ bs);
     let blocks = size.div_ceil(bs);
     let marked = marked_blocks(blocks, bs / alg.digest_size() as u64, &mut rng);
     let mut contents = HashMap::new();
     for &block in &marked {
         let len = ((block + 1) * bs).min(size) - block * bs;
-        let bytes = rng.bytes(len as usize);
+        let bytes = random_bytes(len as usize, rng.u64(..));
         data_file.write_all_at(&bytes, block * bs).unwrap();
         model.set_data_block(block, &bytes);
         contents.insert(block, bytes);
@@ -373,7 +374,7 @@ fn tall_tree(alg: HashAlgorithm, bs: u64, size: u64, levels: usize) {
             );
             // A few bytes inside the block, which may run into the next
             // one (zero unless marked) or past the end of the file.
-            let offset = block * bs + rng.below(bs);
+            let offset = block * bs + rng.u64(..bs);
             let n = file.read_at(&mut buf[..7], offset).unwrap_or_else(|e| {
                 panic!("{what}, verifier {v}: 7 bytes at {offset}: {e}");
             });
@@ -390,7 +391,7 @@ fn tall_tree(alg: HashAlgorithm, bs: u64, size: u64, levels: usize) {
             continue;
         }
         let unwritten = (0..1000)
-            .map(|_| rng.below(blocks))
+            .map(|_| rng.u64(..blocks))
             .find(|b| {
                 let level0 = geometry.block_index_in_level(0, *b);
                 marked

@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{build, enable, open_rw, pattern, write_file, Rng};
+use common::{build, enable, open_rw, random_bytes, write_file};
+use fastrand::Rng;
 use rayon::prelude::*;
 use verityfs::{HashAlgorithm, MerkleTreeParams, ReadOptions, Verifier, VerityFile};
 
@@ -76,11 +77,11 @@ impl Subject {
         let dir = dir.join(&name);
         std::fs::create_dir(&dir).unwrap();
         let params = MerkleTreeParams::new(alg, bs, b"forge").unwrap();
-        let data = pattern(size, bs as u32);
-        let mut rng = Rng(size as u64);
+        let data = random_bytes(size, bs);
+        let mut rng = Rng::with_seed(size as u64);
         let mut forged_data = data.clone();
         for _ in 0..12 {
-            let pos = rng.below(size as u64) as usize;
+            let pos = rng.u64(..size as u64) as usize;
             forged_data[pos] ^= 0x40;
         }
         let (descriptor, tree) = build(&data, &params);
@@ -211,22 +212,22 @@ impl Subject {
     fn random_read(&self, rng: &mut Rng) -> (u64, usize) {
         let size = self.data.len() as u64;
         let bs = self.bs as u64;
-        let near = self.forged_blocks[rng.below(self.forged_blocks.len() as u64) as usize];
-        let offset = match rng.below(3) {
-            0 => rng.below(size),
-            _ => (near * bs + rng.below(2 * bs))
+        let near = self.forged_blocks[rng.u64(..self.forged_blocks.len() as u64) as usize];
+        let offset = match rng.u64(..3) {
+            0 => rng.u64(..size),
+            _ => (near * bs + rng.u64(..2 * bs))
                 .saturating_sub(bs)
                 .min(size - 1),
         };
-        let offset = if rng.below(2) == 0 {
+        let offset = if rng.u64(..2) == 0 {
             offset / bs * bs
         } else {
             offset
         };
-        let len = match rng.below(5) {
-            0 => rng.below(300 << 10) + (200 << 10),
-            1 | 2 => rng.below(3 * bs) + 1,
-            _ => bs * (rng.below(4) + 1),
+        let len = match rng.u64(..5) {
+            0 => rng.u64(..300 << 10) + (200 << 10),
+            1 | 2 => rng.u64(..3 * bs) + 1,
+            _ => bs * (rng.u64(..4) + 1),
         };
         (offset, len as usize)
     }
@@ -359,24 +360,24 @@ const ENOUGH_FAILED: u64 = 20;
 /// backing file short for a moment.
 fn attack_once(subject: &Subject, rng: &mut Rng) {
     let regions = &subject.forged_regions;
-    match rng.below(5) {
+    match rng.u64(..5) {
         0 | 1 => {
             for (part, range) in regions {
-                if rng.below(2) == 0 {
+                if rng.u64(..2) == 0 {
                     subject.write(*part, range.clone(), true);
                 }
             }
         }
         2 | 3 => subject.forge_all(false, false),
         _ => {
-            let which = rng.below(subject.backing.len() as u64) as usize;
+            let which = rng.u64(..subject.backing.len() as u64) as usize;
             let len = subject.backing[which].1.len() as u64;
-            subject.truncate(which, rng.below(len));
-            std::thread::sleep(Duration::from_micros(rng.below(500)));
+            subject.truncate(which, rng.u64(..len));
+            std::thread::sleep(Duration::from_micros(rng.u64(..500)));
             subject.restore();
         }
     }
-    std::thread::sleep(Duration::from_micros(rng.below(300)));
+    std::thread::sleep(Duration::from_micros(rng.u64(..300)));
 }
 
 #[test]
@@ -391,7 +392,7 @@ fn concurrent_forgery_never_yields_forged_bytes() {
             for t in 0..3 {
                 let (subject, file, stop) = (&subject, &file, &stop);
                 s.spawn(move || {
-                    let mut rng = Rng(t);
+                    let mut rng = Rng::with_seed(t);
                     while !stop.load(Relaxed) {
                         let (offset, len) = subject.random_read(&mut rng);
                         count(subject.read(file, offset, len));
@@ -406,13 +407,13 @@ fn concurrent_forgery_never_yields_forged_bytes() {
                 while !stop.load(Relaxed) {
                     round += 1;
                     (0..32u64).into_par_iter().for_each(|i| {
-                        let mut rng = Rng(round << 8 | i);
+                        let mut rng = Rng::with_seed(round << 8 | i);
                         let (offset, len) = subject.random_read(&mut rng);
                         count(subject.read(file, offset | 1, len.max(200 << 10)));
                     });
                 }
             });
-            let mut rng = Rng(99);
+            let mut rng = Rng::with_seed(99);
             let start = Instant::now();
             let enough = || ok.load(Relaxed) >= ENOUGH_OK && failed.load(Relaxed) >= ENOUGH_FAILED;
             while start.elapsed() < ATTACK || (!enough() && start.elapsed() < MAX_ATTACK) {
