@@ -146,9 +146,11 @@ const COMMANDS: &[Command] = &[
         func: crate::cmd_bench::run,
         longopts: || crate::cmd_bench::LONGOPTS.to_vec(),
         hidden: false,
-        short_desc: "Measure cold verified reads against plain reads and hashing tools (as root)",
-        usage: "    verityfs bench [--dir=DIR] [--size=BYTES] [--runs=N]
-               [--json=FILE] [--chart=FILE] [--huge=BYTES]
+        short_desc:
+            "Measure reads of verity files through the mount against the plain file (as root)",
+        usage: "    verityfs bench [--dir=DIR] [--workload=LIST] [--size=BYTES] [--files=N]
+               [--reads=N] [--runs=N] [--dir-device] [--json=FILE] [--chart=FILE]
+               [--huge=BYTES]
 ",
     },
     Command {

@@ -152,7 +152,7 @@ impl Drop for Mount {
 }
 
 /// Runs `umount [-l] POINT`.
-fn umount(point: &Path, lazy: bool) -> Result<()> {
+pub fn umount(point: &Path, lazy: bool) -> Result<()> {
     let mut command = Command::new("umount");
     if lazy {
         command.arg("-l");
@@ -186,7 +186,7 @@ pub fn is_mounted(point: &Path) -> bool {
 
 /// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`,
 /// `\134`).
-fn unescape(field: &str) -> String {
+pub fn unescape(field: &str) -> String {
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
