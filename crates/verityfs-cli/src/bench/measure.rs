@@ -108,7 +108,7 @@ impl Device {
 
 /// One measurement: how long it took and what the device did meanwhile.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Cold {
+pub struct Measured {
     /// Wall-clock time of the measured work.
     pub elapsed: Duration,
     /// Read requests the device completed meanwhile (from anyone).
@@ -127,7 +127,7 @@ pub fn cold<T>(
     device: &Device,
     daemon: Option<u32>,
     work: impl FnOnce() -> Result<T>,
-) -> Result<(T, Cold)> {
+) -> Result<(T, Measured)> {
     cold_after(device, daemon, || Ok(()), work)
 }
 
@@ -139,7 +139,7 @@ pub fn cold_after<T>(
     daemon: Option<u32>,
     prepare: impl FnOnce() -> Result<()>,
     work: impl FnOnce() -> Result<T>,
-) -> Result<(T, Cold)> {
+) -> Result<(T, Measured)> {
     drop_caches()?;
     prepare()?;
     settle(device)?;
@@ -151,7 +151,7 @@ pub fn measured<T>(
     device: &Device,
     daemon: Option<u32>,
     work: impl FnOnce() -> Result<T>,
-) -> Result<(T, Cold)> {
+) -> Result<(T, Measured)> {
     check_interrupted()?;
     let own_before = own_read_bytes(daemon);
     let before = device.counters()?;
@@ -162,7 +162,7 @@ pub fn measured<T>(
     let own_after = own_read_bytes(daemon);
     Ok((
         value,
-        Cold {
+        Measured {
             elapsed,
             read_requests: after.read_requests.saturating_sub(before.read_requests),
             read_sectors: after.read_sectors.saturating_sub(before.read_sectors),

@@ -14,7 +14,7 @@ use super::files::{self, TestFiles, PLAIN_DIR, SMALL_FILE_SIZE, VERITY_DIR};
 use super::hogs::Hogs;
 use super::measure::{
     cold, cold_after, measured, median, open_random, peak_rss_kib, random_reads, read_library,
-    read_sequential, read_whole, run_tool, Cold, Device, CAT_CHUNK, RANDOM_READ_SIZE,
+    read_sequential, read_whole, run_tool, Device, Measured, CAT_CHUNK, RANDOM_READ_SIZE,
 };
 use super::mount::Mount;
 use super::{check_interrupted, Result};
@@ -273,7 +273,7 @@ pub struct Sample {
 }
 
 impl Sample {
-    fn new(bytes: u64, m: Cold) -> Sample {
+    fn new(bytes: u64, m: Measured) -> Sample {
         Sample {
             seconds: m.elapsed.as_secs_f64(),
             bytes,
