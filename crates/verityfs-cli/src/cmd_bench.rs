@@ -150,7 +150,7 @@ pub fn run(cmd: &Command, args: &[OsString]) -> u8 {
     match bench(&config) {
         Ok(()) => EXIT_OK,
         Err(e) => {
-            error_msg(e);
+            error_msg(crate::bench::explain(e));
             EXIT_FAILURE
         }
     }

@@ -109,11 +109,23 @@ pub fn catch_signals() {
     }
 }
 
+/// What the benchmark says when a signal stopped it.
+const INTERRUPTED_TEXT: &str = "interrupted: cleaned up and stopped";
+
 /// An error once a signal asked the benchmark to stop.
 pub fn check_interrupted() -> Result<()> {
     if INTERRUPTED.load(Ordering::Relaxed) {
-        Err("interrupted: cleaned up and stopped".into())
+        Err(INTERRUPTED_TEXT.into())
     } else {
         Ok(())
+    }
+}
+
+/// The error to show for `error`: after Ctrl-C, the tools and the daemon
+/// got the signal too, and their failures are only its consequence.
+pub fn explain(error: String) -> String {
+    match check_interrupted() {
+        Err(interrupted) => interrupted,
+        Ok(()) => error,
     }
 }
