@@ -289,7 +289,7 @@ fn ctrl_c_cleans_up() {
     let mut child = Command::new(BIN)
         .arg("bench")
         .arg(format!("--dir={}", dir.path().display()))
-        .args(["--size=256M", "--workload=seq", "--runs=3"])
+        .args(["--size=64M", "--workload=seq", "--runs=20"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -300,7 +300,7 @@ fn ctrl_c_cleans_up() {
     for line in lines.by_ref() {
         let line = line.unwrap();
         stderr.push(line.clone());
-        if line.contains("run 1/3: seq") {
+        if line.contains("run 1/20: seq") {
             // SAFETY: kill has no memory preconditions.
             assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
             break;

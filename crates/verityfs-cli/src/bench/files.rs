@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use verityfs::{enable_verity, EnableRequest, MerkleTreeParams};
 
 use super::measure::SplitMix64;
+use super::workloads::Workload;
 use super::{check_interrupted, note, Config, Context, Result};
 
 /// Seed of the test data.
@@ -62,12 +63,26 @@ pub struct Sizes {
 }
 
 impl Sizes {
-    /// The sizes `config` asks for.
+    /// The sizes `config` asks for; files that none of its workloads read
+    /// are left empty, or not made.
     pub fn of(config: &Config) -> Sizes {
+        fn streams(w: &Workload) -> bool {
+            matches!(w, Workload::Parallel4 | Workload::Parallel16)
+        }
+        let uses = |reads: fn(&Workload) -> bool| config.workloads.iter().any(reads);
         Sizes {
-            large: config.size,
-            files: config.files,
-            stream: (config.size / STREAM_DIVISOR).max(SMALL_FILE_SIZE),
+            large: match uses(|w| *w != Workload::Small && !streams(w)) {
+                true => config.size,
+                false => 0,
+            },
+            files: match uses(|w| *w == Workload::Small) {
+                true => config.files,
+                false => 0,
+            },
+            stream: match uses(streams) {
+                true => (config.size / STREAM_DIVISOR).max(SMALL_FILE_SIZE),
+                false => 0,
+            },
             huge: config.huge,
         }
     }
@@ -131,7 +146,7 @@ impl TestFiles {
             buf: vec![0u8; WRITE_CHUNK],
         };
         maker.pair(large, sizes.large)?;
-        for i in 0..STREAMS {
+        for i in (0..STREAMS).filter(|_| sizes.stream > 0) {
             maker.pair(|root| stream(root, i), sizes.stream)?;
         }
         for i in 0..sizes.files {
@@ -214,6 +229,26 @@ fn enable(file: &File, path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_files_the_workloads_read() {
+        let config = |workloads| Config {
+            dir: "/x".into(),
+            size: 8 << 20,
+            files: 10,
+            reads: 1,
+            runs: 1,
+            workloads,
+            dir_device: false,
+            json: "/x/bench.json".into(),
+            chart: "/x/bench.png".into(),
+            huge: None,
+        };
+        let s = Sizes::of(&config(vec![Workload::Small]));
+        assert_eq!((s.large, s.files, s.stream), (0, 10, 0));
+        let s = Sizes::of(&config(vec![Workload::Parallel4, Workload::Warm]));
+        assert_eq!((s.large, s.files, s.stream), (8 << 20, 0, 1 << 20));
+    }
 
     #[test]
     fn filesystem_holds_the_data_with_room() {
