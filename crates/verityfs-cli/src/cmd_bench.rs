@@ -325,7 +325,7 @@ fn measure_huge(
     note(format!(
         "reading the {size}-byte sparse verity file through the mount"
     ));
-    let mount = Mount::start(&files.backing, mountpoint, true)?;
+    let mount = Mount::start(&files.backing, mountpoint)?;
     let pid = mount.pid().ok_or("the mount's daemon is gone")?;
     let path = mount.path(VERITY_DIR).join(HUGE_NAME);
     let rss_before_kib = rss_kib(pid).unwrap_or(0);

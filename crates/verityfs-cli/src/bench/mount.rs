@@ -20,7 +20,7 @@ pub struct Mount {
 impl Mount {
     /// Runs this program's `mount` command on `backing` at `point` (made if
     /// needed) and waits until the mount appears in `/proc/self/mountinfo`.
-    pub fn start(backing: &Path, point: &Path, merkle_readahead: bool) -> Result<Mount> {
+    pub fn start(backing: &Path, point: &Path) -> Result<Mount> {
         std::fs::create_dir_all(point).ctx(format!("can't create '{}'", point.display()))?;
         let point = std::fs::canonicalize(point).ctx(format!("'{}'", point.display()))?;
         if is_mounted(&point) {
@@ -36,9 +36,6 @@ impl Mount {
             command.arg0(exe);
         }
         command.arg("mount").arg(backing).arg(&point);
-        if !merkle_readahead {
-            command.arg("--no-merkle-readahead");
-        }
         let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -319,7 +319,7 @@ impl Bench<'_> {
         match variant {
             Variant::PlainDirect => self.read(workload, &self.files.plain(), None),
             Variant::PlainMount | Variant::VerityMount => {
-                let mount = Mount::start(&self.files.backing, self.mountpoint, true)?;
+                let mount = Mount::start(&self.files.backing, self.mountpoint)?;
                 let dir = match variant {
                     Variant::PlainMount => PLAIN_DIR,
                     _ => VERITY_DIR,
