@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use verityfs::Snapshot;
 use verityfs::{ReadOptions, Verifier, VerityFile};
 
-use super::{Context, Result};
+use super::{check_interrupted, Context, Result};
 
 /// Buffer size of the sequential reader: what coreutils' `cat` uses.
 pub const CAT_CHUNK: usize = 128 << 10;
@@ -22,8 +22,6 @@ pub const CAT_CHUNK: usize = 128 << 10;
 pub const LIBRARY_CHUNK: usize = 1 << 20;
 /// Size of one random read.
 pub const RANDOM_READ_SIZE: u64 = 4096;
-/// Number of random reads per measurement.
-pub const RANDOM_READS: usize = 2000;
 /// Seed of the random offsets (the same offsets for every file and run).
 pub const RANDOM_SEED: u64 = 0x7665_7269_7479_6673;
 
@@ -108,18 +106,18 @@ impl Device {
     }
 }
 
-/// One cold measurement: how long it took and what the device did meanwhile.
+/// One measurement: how long it took and what the device did meanwhile.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Cold {
+pub struct Measured {
     /// Wall-clock time of the measured work.
     pub elapsed: Duration,
     /// Read requests the device completed meanwhile (from anyone).
     pub read_requests: u64,
-    /// Bytes the device read meanwhile (for anyone).
-    pub read_bytes: u64,
+    /// 512-byte sectors the device read meanwhile (for anyone).
+    pub read_sectors: u64,
     /// Bytes that this process, its finished children and the daemon
     /// caused to be read from storage (`read_bytes` of `/proc/PID/io`):
-    /// less than `read_bytes` when other programs used the disk meanwhile.
+    /// less than the device read when other programs used the disk meanwhile.
     pub own_read_bytes: u64,
 }
 
@@ -129,7 +127,7 @@ pub fn cold<T>(
     device: &Device,
     daemon: Option<u32>,
     work: impl FnOnce() -> Result<T>,
-) -> Result<(T, Cold)> {
+) -> Result<(T, Measured)> {
     cold_after(device, daemon, || Ok(()), work)
 }
 
@@ -141,10 +139,20 @@ pub fn cold_after<T>(
     daemon: Option<u32>,
     prepare: impl FnOnce() -> Result<()>,
     work: impl FnOnce() -> Result<T>,
-) -> Result<(T, Cold)> {
+) -> Result<(T, Measured)> {
     drop_caches()?;
     prepare()?;
     settle(device)?;
+    measured(device, daemon, work)
+}
+
+/// Runs `work` with the caches as they are and measures it.
+pub fn measured<T>(
+    device: &Device,
+    daemon: Option<u32>,
+    work: impl FnOnce() -> Result<T>,
+) -> Result<(T, Measured)> {
+    check_interrupted()?;
     let own_before = own_read_bytes(daemon);
     let before = device.counters()?;
     let start = Instant::now();
@@ -154,10 +162,10 @@ pub fn cold_after<T>(
     let own_after = own_read_bytes(daemon);
     Ok((
         value,
-        Cold {
+        Measured {
             elapsed,
             read_requests: after.read_requests.saturating_sub(before.read_requests),
-            read_bytes: after.read_sectors.saturating_sub(before.read_sectors) * 512,
+            read_sectors: after.read_sectors.saturating_sub(before.read_sectors),
             own_read_bytes: own_after.saturating_sub(own_before),
         },
     ))
@@ -204,17 +212,22 @@ fn settle(device: &Device) -> Result<()> {
 /// Reads `path` from start to end with `read(2)` into one `chunk`-byte
 /// buffer, as `cat FILE > /dev/null` does; returns the bytes read.
 pub fn read_sequential(path: &Path, chunk: usize) -> Result<u64> {
+    read_whole(path, &mut vec![0u8; chunk])
+}
+
+/// [`read_sequential`] into the caller's buffer.
+pub fn read_whole(path: &Path, buf: &mut [u8]) -> Result<u64> {
     let what = || format!("reading '{}'", path.display());
     let mut file = File::open(path).ctx(what())?;
-    let mut buf = vec![0u8; chunk];
     let mut total = 0u64;
     loop {
-        match file.read(&mut buf) {
+        match file.read(buf) {
             Ok(0) => return Ok(total),
             Ok(n) => total += n as u64,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e).ctx(what()),
         }
+        check_interrupted()?;
     }
 }
 
@@ -303,15 +316,18 @@ pub fn open_random(path: &Path) -> Result<File> {
 }
 
 /// Reads [`RANDOM_READ_SIZE`] bytes at each offset with `pread`; returns
-/// the mean latency.
-pub fn random_reads(file: &File, offsets: &[u64]) -> Result<Duration> {
+/// the latency of each read.
+pub fn random_reads(file: &File, offsets: &[u64]) -> Result<Vec<Duration>> {
     let mut buf = vec![0u8; RANDOM_READ_SIZE as usize];
-    let start = Instant::now();
+    let mut latencies = Vec::with_capacity(offsets.len());
     for &offset in offsets {
+        let start = Instant::now();
         file.read_exact_at(&mut buf, offset)
             .ctx(format!("4 KiB read at {offset}"))?;
+        latencies.push(start.elapsed());
+        check_interrupted()?;
     }
-    Ok(start.elapsed() / offsets.len().max(1) as u32)
+    Ok(latencies)
 }
 
 /// Peak resident set size of process `pid` (`VmHWM`), in KiB.
@@ -355,6 +371,20 @@ pub fn cpu() -> (String, usize) {
     (model, cpus)
 }
 
+/// The median (mean of the two middle values for an even count).
+pub fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
 /// A small, fast, seedable generator (Vigna's SplitMix64): the test data and
 /// the random offsets are the same on every run.
 pub struct SplitMix64(pub u64);
@@ -391,6 +421,13 @@ mod tests {
         assert_eq!(a, random_offsets(10 << 20, 100));
         assert!(a.iter().all(|o| o % 4096 == 0 && o + 4096 <= 10 << 20));
         assert!(a.iter().any(|&o| o != a[0]));
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(vec![]).is_nan());
     }
 
     #[test]

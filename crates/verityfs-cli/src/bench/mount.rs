@@ -20,7 +20,7 @@ pub struct Mount {
 impl Mount {
     /// Runs this program's `mount` command on `backing` at `point` (made if
     /// needed) and waits until the mount appears in `/proc/self/mountinfo`.
-    pub fn start(backing: &Path, point: &Path, merkle_readahead: bool) -> Result<Mount> {
+    pub fn start(backing: &Path, point: &Path) -> Result<Mount> {
         std::fs::create_dir_all(point).ctx(format!("can't create '{}'", point.display()))?;
         let point = std::fs::canonicalize(point).ctx(format!("'{}'", point.display()))?;
         if is_mounted(&point) {
@@ -36,9 +36,6 @@ impl Mount {
             command.arg0(exe);
         }
         command.arg("mount").arg(backing).arg(&point);
-        if !merkle_readahead {
-            command.arg("--no-merkle-readahead");
-        }
         let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -152,7 +149,7 @@ impl Drop for Mount {
 }
 
 /// Runs `umount [-l] POINT`.
-fn umount(point: &Path, lazy: bool) -> Result<()> {
+pub fn umount(point: &Path, lazy: bool) -> Result<()> {
     let mut command = Command::new("umount");
     if lazy {
         command.arg("-l");
@@ -186,7 +183,7 @@ pub fn is_mounted(point: &Path) -> bool {
 
 /// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`,
 /// `\134`).
-fn unescape(field: &str) -> String {
+pub fn unescape(field: &str) -> String {
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
