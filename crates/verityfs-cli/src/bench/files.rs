@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 
 use verityfs::{enable_verity, EnableRequest, MerkleTreeParams};
 
-use super::measure::SplitMix64;
 use super::workloads::Workload;
 use super::{check_interrupted, note, Config, Context, Result};
 
@@ -142,7 +141,7 @@ impl TestFiles {
         ));
         let mut maker = Maker {
             files: &files,
-            rng: SplitMix64(DATA_SEED),
+            rng: fastrand::Rng::with_seed(DATA_SEED),
             buf: vec![0u8; WRITE_CHUNK],
         };
         maker.pair(large, sizes.large)?;
@@ -172,7 +171,7 @@ impl TestFiles {
 /// Writes the test files.
 struct Maker<'a> {
     files: &'a TestFiles,
-    rng: SplitMix64,
+    rng: fastrand::Rng,
     buf: Vec<u8>,
 }
 

@@ -296,9 +296,9 @@ pub fn read_library(path: &Path, merkle_readahead: bool) -> Result<LibraryRead> 
 /// inside a `size`-byte file, from a fixed seed.
 pub fn random_offsets(size: u64, n: usize) -> Vec<u64> {
     let blocks = (size / RANDOM_READ_SIZE).max(1);
-    let mut rng = SplitMix64(RANDOM_SEED);
+    let mut rng = fastrand::Rng::with_seed(RANDOM_SEED);
     (0..n)
-        .map(|_| (rng.next() % blocks) * RANDOM_READ_SIZE)
+        .map(|_| rng.u64(..blocks) * RANDOM_READ_SIZE)
         .collect()
 }
 
@@ -385,32 +385,6 @@ pub fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
-/// A small, fast, seedable generator (Vigna's SplitMix64): the test data and
-/// the random offsets are the same on every run.
-pub struct SplitMix64(pub u64);
-
-impl SplitMix64 {
-    /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Fills `buf` with random bytes.
-    pub fn fill(&mut self, buf: &mut [u8]) {
-        let mut chunks = buf.chunks_exact_mut(8);
-        for chunk in &mut chunks {
-            chunk.copy_from_slice(&self.next().to_le_bytes());
-        }
-        let rest = chunks.into_remainder();
-        let last = self.next().to_le_bytes();
-        rest.copy_from_slice(&last[..rest.len()]);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,13 +402,6 @@ mod tests {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
         assert!(median(vec![]).is_nan());
-    }
-
-    #[test]
-    fn splitmix_fills_odd_lengths() {
-        let mut buf = [0u8; 13];
-        SplitMix64(1).fill(&mut buf);
-        assert!(buf.iter().any(|&b| b != 0));
     }
 
     #[test]
