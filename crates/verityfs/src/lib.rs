@@ -81,6 +81,7 @@ pub mod signature;
 mod state;
 mod stats;
 pub mod stripped;
+pub mod uapi;
 mod verify;
 
 pub use build::{build_merkle_tree, DiscardTree, TreeBuilder, TreeSink};
