@@ -13,6 +13,7 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::path::Path;
 
+use verityfs::uapi::FsverityDigest;
 use verityfs::{HashAlgorithm, ReadOptions, Verifier, VerityFile};
 
 use crate::commands::{Command, EXIT_FAILURE, EXIT_OK};
@@ -29,7 +30,7 @@ pub fn run(cmd: &Command, files: &[OsString]) -> u8 {
             return EXIT_FAILURE;
         };
         let measured = measure_verity(&file).or_else(|e| measure_stored(&file).ok_or(e));
-        let (alg, digest) = match measured {
+        let FsverityDigest { algorithm, digest } = match measured {
             Ok(measured) => measured,
             Err(e) => {
                 let what = quote("FS_IOC_MEASURE_VERITY failed on '", name, "'");
@@ -37,9 +38,9 @@ pub fn run(cmd: &Command, files: &[OsString]) -> u8 {
                 return EXIT_FAILURE;
             }
         };
-        let alg_name = match HashAlgorithm::from_id(alg.into()) {
+        let alg_name = match HashAlgorithm::from_id(algorithm.into()) {
             Ok(known) => known.name().to_owned(),
-            Err(_) => format!("ALG_{alg}"),
+            Err(_) => format!("ALG_{algorithm}"),
         };
         let hex = verityfs::hash_algs::to_hex(&digest);
         print_stdout(&quote(&format!("{alg_name}:{hex} "), name, "\n"));
@@ -49,9 +50,11 @@ pub fn run(cmd: &Command, files: &[OsString]) -> u8 {
 
 /// The algorithm number and digest of `file` if it is a verity file of the
 /// verityfs layout.
-fn measure_stored(file: &File) -> Option<(u16, Vec<u8>)> {
+fn measure_stored(file: &File) -> Option<FsverityDigest> {
     let verifier = Verifier::new(ReadOptions::default());
     let verity = VerityFile::open(&verifier, file.try_clone().ok()?, Path::new("")).ok()?;
-    let alg = verity.descriptor().params().hash_algorithm().id();
-    Some((alg.into(), verity.digest().as_bytes().to_vec()))
+    Some(FsverityDigest {
+        algorithm: verity.descriptor().params().hash_algorithm().id().into(),
+        digest: verity.digest().as_bytes().to_vec(),
+    })
 }
