@@ -10,11 +10,9 @@
 //! before, by the dispatcher).
 
 use std::ffi::OsString;
-use std::fs::File;
-use std::path::Path;
 
 use verityfs::uapi::FsverityDigest;
-use verityfs::{HashAlgorithm, ReadOptions, Verifier, VerityFile};
+use verityfs::HashAlgorithm;
 
 use crate::commands::{Command, EXIT_FAILURE, EXIT_OK};
 use crate::ioctl::measure_verity;
@@ -29,7 +27,9 @@ pub fn run(cmd: &Command, files: &[OsString]) -> u8 {
         let Some(file) = open_for_reading(name) else {
             return EXIT_FAILURE;
         };
-        let measured = measure_verity(&file).or_else(|e| measure_stored(&file).ok_or(e));
+        // Not through the kernel (or a mount): maybe a stored verity file.
+        let measured =
+            measure_verity(&file).or_else(|e| verityfs::measure_verity(&file).map_err(|_| e));
         let FsverityDigest { algorithm, digest } = match measured {
             Ok(measured) => measured,
             Err(e) => {
@@ -46,15 +46,4 @@ pub fn run(cmd: &Command, files: &[OsString]) -> u8 {
         print_stdout(&quote(&format!("{alg_name}:{hex} "), name, "\n"));
     }
     EXIT_OK
-}
-
-/// The algorithm number and digest of `file` if it is a verity file of the
-/// verityfs layout.
-fn measure_stored(file: &File) -> Option<FsverityDigest> {
-    let verifier = Verifier::new(ReadOptions::default());
-    let verity = VerityFile::open(&verifier, file.try_clone().ok()?, Path::new("")).ok()?;
-    Some(FsverityDigest {
-        algorithm: verity.descriptor().params().hash_algorithm().id().into(),
-        digest: verity.digest().as_bytes().to_vec(),
-    })
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use fuser::{Errno, FileHandle, FileType};
 use rustix::fs::{IFlags, OFlags};
-use verityfs::uapi::{FsverityDigest, FS_VERITY_FL};
+use verityfs::uapi::FS_VERITY_FL;
 use verityfs::{enable_verity_checked, EnableRequest, TreeGeometry};
 
 use crate::caller::Caller;
@@ -142,11 +142,7 @@ impl VerityFs {
     /// `FS_IOC_MEASURE_VERITY`: `ENODATA` unless verity.
     pub(crate) fn measure(&self, fh: FileHandle, input: &[u8]) -> Result<Vec<u8>, Errno> {
         let file = self.verity_file_of(fh)?;
-        let digest = FsverityDigest {
-            algorithm: file.descriptor().params().hash_algorithm().id().into(),
-            digest: file.digest().as_bytes().to_vec(),
-        };
-        measure_reply(input, &digest)
+        measure_reply(input, &verityfs::measure(&file))
     }
 
     fn verity_file_of(&self, fh: FileHandle) -> Result<Arc<verityfs::VerityFile>, Errno> {
