@@ -179,9 +179,7 @@ pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
 
 /// The page size.
 pub fn page_size() -> usize {
-    // SAFETY: sysconf() only reads a system setting.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size).expect("page size")
+    rustix::param::page_size()
 }
 
 /// Runs `f` on a thread of its own and returns what it returns, failing
