@@ -1,6 +1,9 @@
 //! `verityfs`: fs-verity for any file system, with the command line of
 //! fsverity-utils' `fsverity`.
 
+// `unsafe` is refused but in the one module that cannot do without.
+#![deny(unsafe_code)]
+
 mod bench;
 mod cli_spec;
 mod cmd_bench;
@@ -18,6 +21,8 @@ mod digest_list;
 mod file_digest;
 mod fuse_device;
 mod getopt;
+// The fs-verity ioctl(2) calls: the only `unsafe` code of the program.
+#[allow(unsafe_code)]
 mod ioctl;
 mod locate;
 mod logging;
