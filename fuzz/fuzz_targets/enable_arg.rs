@@ -10,6 +10,7 @@ mod common;
 
 use common::le32;
 use libfuzzer_sys::fuzz_target;
+use verityfs::uapi::FsverityDigest;
 use verityfs::{Digest, HashAlgorithm};
 use verityfs_fuse::ioctl::{measure_reply, EnableArg};
 
@@ -67,7 +68,11 @@ fuzz_target!(|data: &[u8]| {
     for alg in HashAlgorithm::ALL {
         let size = common::digest_size(alg);
         let digest = Digest::from_slice(data.get(..size).unwrap_or(&[0xa5; 64][..size])).unwrap();
-        match measure_reply(data, alg, &digest) {
+        let measured = FsverityDigest {
+            algorithm: alg.id().into(),
+            digest: digest.as_bytes().to_vec(),
+        };
+        match measure_reply(data, &measured) {
             Ok(reply) => {
                 assert!(usize::from(capacity) >= size);
                 assert_eq!(reply[..2], u16::from(alg.id()).to_le_bytes());

@@ -10,10 +10,9 @@
 //! before, by the dispatcher).
 
 use std::ffi::OsString;
-use std::fs::File;
-use std::path::Path;
 
-use verityfs::{HashAlgorithm, ReadOptions, Verifier, VerityFile};
+use verityfs::uapi::FsverityDigest;
+use verityfs::HashAlgorithm;
 
 use crate::commands::Command;
 use crate::error::{Error, Result};
@@ -33,26 +32,19 @@ impl Args for MeasureArgs {
     fn run(self, _: &Command, operands: Vec<OsString>) -> Result<()> {
         for name in &at_least_one(operands)? {
             let file = open_for_reading(name)?;
-            let measured = measure_verity(&file).or_else(|e| measure_stored(&file).ok_or(e));
-            let (alg, digest) = measured.map_err(|e| {
+            // Not through the kernel (or a mount): maybe a stored verity file.
+            let measured =
+                measure_verity(&file).or_else(|e| verityfs::measure_verity(&file).map_err(|_| e));
+            let FsverityDigest { algorithm, digest } = measured.map_err(|e| {
                 Error::io(quote("FS_IOC_MEASURE_VERITY failed on '", name, "'"), &e)
             })?;
-            let alg_name = match HashAlgorithm::from_id(alg.into()) {
+            let alg_name = match HashAlgorithm::from_id(algorithm.into()) {
                 Ok(known) => known.name().to_owned(),
-                Err(_) => format!("ALG_{alg}"),
+                Err(_) => format!("ALG_{algorithm}"),
             };
             let hex = verityfs::hash_algs::to_hex(&digest);
             print_stdout(&quote(&format!("{alg_name}:{hex} "), name, "\n"));
         }
         Ok(())
     }
-}
-
-/// The algorithm number and digest of `file` if it is a verity file of the
-/// verityfs layout.
-fn measure_stored(file: &File) -> Option<(u16, Vec<u8>)> {
-    let verifier = Verifier::new(ReadOptions::default());
-    let verity = VerityFile::open(&verifier, file.try_clone().ok()?, Path::new("")).ok()?;
-    let alg = verity.descriptor().params().hash_algorithm().id();
-    Some((alg.into(), verity.digest().as_bytes().to_vec()))
 }

@@ -1,6 +1,9 @@
 //! `verityfs`: fs-verity for any file system, with the command line of
 //! fsverity-utils' `fsverity`.
 
+// `unsafe` is refused but in the two modules that cannot do without.
+#![deny(unsafe_code)]
+
 mod bench;
 mod cli_spec;
 mod cmd_bench;
@@ -18,8 +21,12 @@ mod digest_list;
 mod error;
 mod file_digest;
 mod fuse_device;
+// glibc's own getopt_long, for fsverity's exact option parsing.
+#[allow(unsafe_code)]
 mod getopt;
 mod help;
+// The fs-verity ioctl(2) calls.
+#[allow(unsafe_code)]
 mod ioctl;
 mod locate;
 mod logging;

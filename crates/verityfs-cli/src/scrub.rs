@@ -102,14 +102,14 @@ fn through_mount(path: &Path, expected: Option<&ExpectedDigest>) -> FileReport {
         Ok(file) => file,
         Err(e) => return FileReport::new(Outcome::Failed(format!("can't open: {}", strerror(&e)))),
     };
-    let (alg, digest) = match crate::ioctl::measure_verity(&file) {
-        Ok((alg, digest)) => (alg, digest),
+    let measured = match crate::ioctl::measure_verity(&file) {
+        Ok(measured) => measured,
         Err(e) if e.raw_os_error() == Some(libc::ENODATA) => return not_verity(Ok(file), expected),
         Err(e) => return FileReport::new(Outcome::Failed(strerror(&e))),
     };
     let (Ok(alg), Some(digest)) = (
-        HashAlgorithm::from_id(alg.into()),
-        Digest::from_slice(&digest),
+        HashAlgorithm::from_id(measured.algorithm.into()),
+        Digest::from_slice(&measured.digest),
     ) else {
         return FileReport::new(Outcome::Failed("unknown digest algorithm".into()));
     };

@@ -17,8 +17,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_verityfs");
 
 /// Fails, saying what is missing, unless the bench can run here.
 fn require_root_and_fuse() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = rustix::process::geteuid().as_raw();
     assert_eq!(
         euid, 0,
         "verityfs bench needs root (it drops caches, sets up a loop device and mounts FUSE); \

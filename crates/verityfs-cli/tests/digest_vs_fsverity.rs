@@ -244,8 +244,7 @@ impl Invocation<'_> {
     /// Runs both programs as `uid` (user and group, no supplementary
     /// groups), in a run directory that user owns. Needs root.
     fn run_as(mut self, uid: u32) -> Self {
-        // SAFETY: geteuid has no preconditions.
-        let euid = unsafe { libc::geteuid() };
+        let euid = rustix::process::geteuid().as_raw();
         assert_eq!(
             euid, 0,
             "running fsverity and verityfs as user {uid} needs root (the test runs as uid {euid})"

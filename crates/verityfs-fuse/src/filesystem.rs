@@ -14,14 +14,15 @@ use fuser::{
     ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use verityfs::uapi::{
+    encode_flags, FS_IOC32_GETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_ENABLE_VERITY, FS_IOC_FSGETXATTR,
+    FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS, FS_IOC_MEASURE_VERITY, FS_IOC_READ_VERITY_METADATA,
+    FS_IOC_SETFLAGS,
+};
 
 use crate::attr::TTL;
 use crate::caller::Caller;
 use crate::fs::VerityFs;
-use crate::ioctl::{
-    FS_IOC32_GETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_ENABLE_VERITY, FS_IOC_FSGETXATTR,
-    FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS, FS_IOC_MEASURE_VERITY, FS_IOC_SETFLAGS,
-};
 
 thread_local! {
     /// Each worker thread's read buffer, reused for every request.
@@ -133,7 +134,7 @@ impl VerityFs {
         match cmd {
             FS_IOC_ENABLE_VERITY => self.enable(caller(req), fh, input).map(|()| Vec::new()),
             FS_IOC_MEASURE_VERITY => self.measure(fh, input),
-            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => Ok(self.get_flags(fh)?.to_le_bytes().to_vec()),
+            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => Ok(encode_flags(self.get_flags(fh)?).to_vec()),
             FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
                 self.set_flags(caller(req), fh, input).map(|()| Vec::new())
             }
@@ -141,8 +142,9 @@ impl VerityFs {
             FS_IOC_FSSETXATTR => self
                 .set_fsxattr(caller(req), fh, input)
                 .map(|()| Vec::new()),
-            // FS_IOC_READ_VERITY_METADATA included: the kernel gives us no
-            // way to write the caller's buffer.
+            // The kernel forwards it but gives us no way to write the
+            // caller's buffer.
+            FS_IOC_READ_VERITY_METADATA => Err(Errno::ENOTTY),
             _ => Err(Errno::ENOTTY),
         }
     }

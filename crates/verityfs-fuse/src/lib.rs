@@ -8,6 +8,11 @@
 //! `FS_IOC_ENABLE_VERITY` in the kernel's order, `EPERM` for opening a
 //! verity file for writing or truncating it, `ETXTBSY` for writers during
 //! an enable, and `EIO` for any read that does not verify.
+//!
+//! It has no `unsafe` code: its system calls go through the safe wrappers
+//! of `rustix`, `fuser` and `signal-hook`.
+
+#![forbid(unsafe_code)]
 
 mod attr;
 mod caller;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use fuser::{Errno, FileHandle, FileType};
 use rustix::fs::{IFlags, OFlags};
+use verityfs::uapi::FS_VERITY_FL;
 use verityfs::{enable_verity_checked, EnableRequest, TreeGeometry};
 
 use crate::caller::Caller;
@@ -14,7 +15,7 @@ use crate::fs::{lib_errno, VerityFs};
 use crate::handles::Handle;
 use crate::inodes::{errno, Inode};
 use crate::ioctl::{
-    flags_from_fsxattr, fsxattr_from_flags, measure_reply, EnableArg, FS_VERITY_FL,
+    flags_from_fsxattr, flags_from_setflags, fsxattr_from_flags, measure_reply, EnableArg,
 };
 
 /// How often a long enable looks whether its caller was killed.
@@ -141,11 +142,7 @@ impl VerityFs {
     /// `FS_IOC_MEASURE_VERITY`: `ENODATA` unless verity.
     pub(crate) fn measure(&self, fh: FileHandle, input: &[u8]) -> Result<Vec<u8>, Errno> {
         let file = self.verity_file_of(fh)?;
-        measure_reply(
-            input,
-            file.descriptor().params().hash_algorithm(),
-            file.digest(),
-        )
+        measure_reply(input, &verityfs::measure(&file))
     }
 
     fn verity_file_of(&self, fh: FileHandle) -> Result<Arc<verityfs::VerityFile>, Errno> {
@@ -181,8 +178,7 @@ impl VerityFs {
         fh: FileHandle,
         input: &[u8],
     ) -> Result<(), Errno> {
-        let flags = input.get(..4).ok_or(Errno::EINVAL)?;
-        let flags = u32::from_le_bytes(flags.try_into().expect("4 bytes"));
+        let flags = flags_from_setflags(input)?;
         self.set_backing_flags(caller, self.handles.get(fh)?.inode(), flags)
     }
 

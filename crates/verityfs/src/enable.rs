@@ -1,6 +1,7 @@
 //! Turning an ordinary backing file into a verity file, crash-safely
 //! (kernel: `fs/verity/enable.c`; ext4's orphan-list scheme, with extended
-//! attributes as the journal).
+//! attributes as the journal), and measuring one ([`measure_verity`], as
+//! `fs/verity/measure.c` does).
 //!
 //! The steps, each durable before the next:
 //! 1. record the file's size in [`ENABLING_XATTR`];
@@ -16,6 +17,7 @@
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 
 use rustix::fs::{fsetxattr, XattrFlags};
 
@@ -24,8 +26,10 @@ use crate::descriptor::{Descriptor, DESCRIPTOR_SIZE, MAX_SIGNATURE_SIZE};
 use crate::error::{Error, Result};
 use crate::geometry::TreeGeometry;
 use crate::layout::{EnablingRecord, Location, ENABLING_XATTR, LOCATION_XATTR};
+use crate::open::{ReadOptions, Verifier, VerityFile};
 use crate::params::MerkleTreeParams;
 use crate::state::{rollback, FileState};
+use crate::uapi::FsverityDigest;
 
 /// What enabling verity needs besides the file.
 pub struct EnableRequest<'a> {
@@ -132,6 +136,54 @@ pub fn enable_verity_checked(
             rollback(file, data_size)?;
             Err(e)
         }
+    }
+}
+
+/// Measures the stored verity file `file` (a backing file of the verityfs
+/// layout, as [`enable_verity`] leaves it): what `FS_IOC_MEASURE_VERITY`
+/// returns for it, its hash algorithm number and file digest.
+///
+/// Errors: `ENODATA` if it is not a verity file, and those of
+/// [`VerityFile::open`] for metadata the kernel would refuse.
+///
+/// # Example
+///
+/// ```
+/// use std::fs::{File, OpenOptions};
+/// use verityfs::{enable_verity, measure_verity, EnableRequest, MerkleTreeParams};
+///
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("file");
+/// std::fs::write(&path, b"lorem ipsum\n")?;
+/// let plain = File::open(&path)?;
+/// assert_eq!(measure_verity(&plain).unwrap_err().errno(), libc::ENODATA);
+///
+/// let file = OpenOptions::new().read(true).write(true).open(&path)?;
+/// let request = EnableRequest {
+///     params: MerkleTreeParams::default(),
+///     signature: None,
+///     progress: &mut |_| true,
+/// };
+/// enable_verity(&file, request)?;
+/// let measured = measure_verity(&File::open(&path)?)?;
+/// assert_eq!(measured.algorithm, 1); // FS_VERITY_HASH_ALG_SHA256
+/// assert_eq!(
+///     verityfs::hash_algs::to_hex(&measured.digest),
+///     "fda0e2d973b5c81e4a8ccc43a0bb13cbc9b5da8d83c4ff4416f6860ea20df0d6"
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn measure_verity(file: &File) -> Result<FsverityDigest> {
+    let verifier = Verifier::new(ReadOptions::default());
+    let verity = VerityFile::open(&verifier, file.try_clone()?, Path::new(""))?;
+    Ok(measure(&verity))
+}
+
+/// What `FS_IOC_MEASURE_VERITY` returns for the open verity file `verity`.
+pub fn measure(verity: &VerityFile) -> FsverityDigest {
+    FsverityDigest {
+        algorithm: verity.descriptor().params().hash_algorithm().id().into(),
+        digest: verity.digest().as_bytes().to_vec(),
     }
 }
 

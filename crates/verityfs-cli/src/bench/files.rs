@@ -161,9 +161,9 @@ impl TestFiles {
                 .ctx(format!("can't extend '{}'", path.display()))?;
             enable(&file, &path)?;
         }
-        // SAFETY: sync has no preconditions. The data goes to the disk now,
+        // The data goes to the disk now,
         // not during a measurement.
-        unsafe { libc::sync() };
+        rustix::fs::sync();
         Ok(files)
     }
 }

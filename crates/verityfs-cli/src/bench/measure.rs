@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -27,15 +26,13 @@ pub const RANDOM_SEED: u64 = 0x7665_7269_7479_6673;
 
 /// Whether we run as root (dropping caches needs it).
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    rustix::process::geteuid().is_root()
 }
 
 /// Writes dirty data back and empties the page cache, dentries and inodes:
 /// `sync; echo 3 > /proc/sys/vm/drop_caches`.
 pub fn drop_caches() -> Result<()> {
-    // SAFETY: sync has no preconditions.
-    unsafe { libc::sync() };
+    rustix::fs::sync();
     std::fs::write("/proc/sys/vm/drop_caches", "3").ctx("writing /proc/sys/vm/drop_caches")
 }
 
@@ -64,7 +61,7 @@ impl Device {
         let dev = std::fs::metadata(path)
             .ctx(format!("can't stat '{}'", path.display()))?
             .dev();
-        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
         let link = format!("/sys/dev/block/{major}:{minor}");
         let mut sys = std::fs::canonicalize(&link).map_err(|_| {
             format!(
@@ -306,12 +303,8 @@ pub fn random_offsets(size: u64, n: usize) -> Vec<u64> {
 /// 4 KiB read, not a readahead window), and returns it.
 pub fn open_random(path: &Path) -> Result<File> {
     let file = File::open(path).ctx(format!("can't open '{}'", path.display()))?;
-    // SAFETY: a valid descriptor; posix_fadvise only sets a hint.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
-    if rc != 0 {
-        return Err(std::io::Error::from_raw_os_error(rc))
-            .ctx(format!("posix_fadvise('{}')", path.display()));
-    }
+    rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random)
+        .ctx(format!("posix_fadvise('{}')", path.display()))?;
     Ok(file)
 }
 

@@ -25,6 +25,7 @@ pub mod workloads;
 use std::fmt::Display;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 
 use workloads::Workload;
 
@@ -87,25 +88,16 @@ pub fn note(text: impl Display) {
 }
 
 /// Set by SIGINT, SIGTERM or SIGHUP.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::Relaxed);
-}
+static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
 
 /// Turns Ctrl-C, SIGTERM and SIGHUP into an error at the next
 /// [`check_interrupted`], so that the mounts, the loop device and the
 /// scratch files are removed on the way out instead of left behind.
 pub fn catch_signals() {
-    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: a zeroed sigaction is valid; the handler only stores to an
-        // atomic, which is async-signal-safe.
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(signal, &action, std::ptr::null_mut());
-        }
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    for signal in [SIGINT, SIGTERM, SIGHUP] {
+        // Fails only for a signal that cannot be caught; these can.
+        let _ = signal_hook::flag::register(signal, Arc::clone(&INTERRUPTED));
     }
 }
 

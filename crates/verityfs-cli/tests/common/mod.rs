@@ -171,9 +171,7 @@ pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
 
 /// The page size.
 pub fn page_size() -> usize {
-    // SAFETY: sysconf() only reads a system setting.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size).expect("page size")
+    rustix::param::page_size()
 }
 
 /// Runs `f` on a thread of its own and returns what it returns, failing
@@ -301,21 +299,15 @@ pub fn digest(path: &Path, params: &[&str]) -> String {
 // Raw fs-verity ioctls
 // ---------------------------------------------------------------------------
 
-/// `FS_IOC_ENABLE_VERITY`: `_IOW('f', 133, struct fsverity_enable_arg)`.
-pub const FS_IOC_ENABLE_VERITY: u32 = 0x4080_6685;
-/// `FS_IOC_MEASURE_VERITY`: `_IOWR('f', 134, struct fsverity_digest)`.
-pub const FS_IOC_MEASURE_VERITY: u32 = 0xc004_6686;
-/// `FS_IOC_READ_VERITY_METADATA`: `_IOWR('f', 135, struct
-/// fsverity_read_metadata_arg)`.
-pub const FS_IOC_READ_VERITY_METADATA: u32 = 0xc028_6687;
-/// `FS_VERITY_FL`, the inode flag of verity files.
-pub const FS_VERITY_FL: u32 = 0x0010_0000;
-
-/// The size of `struct fsverity_enable_arg`.
-pub const ENABLE_ARG_SIZE: usize = 128;
-/// The size of the `struct fsverity_digest` header (`digest_algorithm`,
-/// `digest_size`) before the digest.
-pub const DIGEST_HEADER_SIZE: usize = 4;
+// The request numbers and sizes of the kernel's ABI (the library checks
+// them against the kernel's values). The argument bytes are encoded here,
+// not by the library: they may be as hostile as a test wants. (Not every
+// suite uses every one.)
+#[allow(unused_imports)]
+pub use verityfs::uapi::{
+    DIGEST_HEADER_SIZE, ENABLE_ARG_SIZE, FS_IOC_ENABLE_VERITY, FS_IOC_MEASURE_VERITY,
+    FS_IOC_READ_VERITY_METADATA, FS_VERITY_FL,
+};
 
 /// A `struct fsverity_enable_arg`, with the salt and signature it points
 /// to. The sizes are always those of the buffers, so that the kernel never
