@@ -4,6 +4,7 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::hash_algs::{Digest, HashAlgorithm};
+use crate::image::ManifestError;
 
 /// The result type of this crate.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -92,6 +93,9 @@ pub enum Error {
     /// A built-in signature that the kernel's rules refuse.
     #[error("{0}")]
     Signature(#[from] SignatureError),
+    /// An image manifest that breaks the encoding's rules.
+    #[error("invalid image manifest: {0}")]
+    InvalidManifest(#[from] ManifestError),
     /// An I/O error from the data source or the tree sink.
     #[error("{0}")]
     Io(#[from] io::Error),
@@ -108,6 +112,7 @@ impl Error {
             | Error::BlockSizeUnsupported(_)
             | Error::InvalidDescriptor(_)
             | Error::InvalidLocation(_)
+            | Error::InvalidManifest(_)
             | Error::InvalidArgument(_) => libc::EINVAL,
             Error::SaltTooLong(_) | Error::DescriptorTooLarge(_) | Error::SignatureTooLarge(_) => {
                 libc::EMSGSIZE

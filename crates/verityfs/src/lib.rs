@@ -64,6 +64,7 @@ pub mod error;
 pub mod expected;
 pub mod geometry;
 pub mod hash_algs;
+pub mod image;
 // Public for the fuzz targets and tests of the on-disk format only; the
 // types embedders meet are re-exported below.
 #[doc(hidden)]
