@@ -55,7 +55,7 @@ impl Source for File {
         FileExt::read_exact_at(self, buf, offset)
     }
 
-    /// One `preadv` for the whole run (of at most [`MAX_IOVECS`] buffers
+    /// One `preadv` for the whole run (of at most `IOV_MAX` buffers
     /// per call), retried after a short read or an interruption.
     fn read_exact_vectored_at(
         &self,
