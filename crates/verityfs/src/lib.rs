@@ -24,6 +24,7 @@
 //! | read a verity file with every byte checked | [`VerityFile::open`], [`VerityFile::read_at`] |
 //! | check data shipped with a separate tree and descriptor (downloads) | [`VerityFile::open_detached`] |
 //! | read verified data from any [`Source`] of byte ranges (a remote object) | [`VerityFile::open_sources`] |
+//! | publish a directory tree as an image, read it back verified from one trusted digest | [`image::publish`], [`image::open_manifest`], [`image::open_object`] |
 //! | consume verified data as a stream (`io::copy`, parsers) | [`VerifiedReader`] (`Read + Seek`) |
 //! | scrub a verity file for every bad block | [`check::check_file`] |
 //! | recognise and repair a backing file copied without its extended attributes | [`stripped::find_stripped`], [`stripped::reattach`] |

@@ -1,8 +1,312 @@
 //! Images: publishing a real directory tree, reading it back verified, the
 //! digests `fsverity digest` computes, tampering, and malformed manifests.
 
-use verityfs::image::{Entry, EntryKind, Manifest, ManifestError};
-use verityfs::HashAlgorithm;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{symlink, FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use verityfs::image::{
+    open_manifest, open_object, publish, Entry, EntryKind, Manifest, ManifestError, Published,
+    MANIFEST_NAME,
+};
+use verityfs::{
+    Error, ExpectedDigest, HashAlgorithm, MerkleTreeParams, ReadOptions, Verifier, VerityFile,
+};
+
+/// A source tree with what an image must carry: nested directories, empty
+/// files, a 3 MB file, duplicate contents, Unicode names, symlinks
+/// (relative, absolute, dangling, to a directory) and a FIFO.
+fn source_tree(root: &Path) {
+    let big: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    fs::create_dir_all(root.join("a/b/c/d")).unwrap();
+    fs::create_dir_all(root.join("empty dir")).unwrap();
+    fs::create_dir_all(root.join("日本語/données")).unwrap();
+    fs::write(root.join("a/b/c/d/deep.txt"), b"deep\n").unwrap();
+    fs::write(root.join("a/empty"), b"").unwrap();
+    fs::write(root.join("big.bin"), &big).unwrap();
+    fs::write(root.join("日本語/données/été.txt"), "ça va\n").unwrap();
+    fs::write(root.join("a/same1"), b"same contents\n").unwrap();
+    fs::write(root.join("a/b/same2"), b"same contents\n").unwrap();
+    fs::set_permissions(root.join("a/same1"), fs::Permissions::from_mode(0o751)).unwrap();
+    symlink("b/c/d/deep.txt", root.join("a/rel")).unwrap();
+    symlink("/etc/passwd", root.join("abs")).unwrap();
+    symlink("nowhere", root.join("dangling")).unwrap();
+    symlink("a/b", root.join("dirlink")).unwrap();
+    // Enough entries for the manifest to need a Merkle tree.
+    fs::create_dir(root.join("many")).unwrap();
+    for i in 0..200 {
+        fs::write(root.join(format!("many/file-{i:03}")), b"").unwrap();
+    }
+    let fifo = std::ffi::CString::new(root.join("fifo").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0, "mkfifo");
+}
+
+struct Image {
+    dir: tempfile::TempDir,
+    src: PathBuf,
+    dest: PathBuf,
+    published: Published,
+}
+
+/// A verifier with nothing cached.
+fn fresh() -> Arc<Verifier> {
+    Verifier::new(ReadOptions::default())
+}
+
+impl Image {
+    fn new(params: &MerkleTreeParams) -> Image {
+        let dir = tempfile::tempdir().unwrap();
+        let (src, dest) = (dir.path().join("src"), dir.path().join("image"));
+        source_tree(&src);
+        let published = publish(&src, &dest, params).unwrap();
+        Image {
+            dir,
+            src,
+            dest,
+            published,
+        }
+    }
+
+    fn trusted(&self) -> ExpectedDigest {
+        format!("{}:{}", self.published.algorithm, self.published.digest)
+            .parse()
+            .unwrap()
+    }
+
+    fn manifest(&self) -> verityfs::Result<Manifest> {
+        let source = Arc::new(File::open(self.dest.join(MANIFEST_NAME)).unwrap());
+        open_manifest(&fresh(), source, &self.trusted())
+    }
+
+    fn open(&self, manifest: &Manifest, path: &str) -> verityfs::Result<VerityFile> {
+        let object = regular(manifest, path);
+        let alg = manifest.algorithm();
+        let source = Arc::new(File::open(self.dest.join(object.path(alg))).unwrap());
+        open_object(&fresh(), alg, object, source, path.as_ref())
+    }
+}
+
+fn regular<'a>(manifest: &'a Manifest, path: &str) -> &'a verityfs::image::FileObject {
+    let index = manifest
+        .lookup(path.as_bytes())
+        .unwrap_or_else(|| panic!("{path} missing"));
+    match &manifest.entries()[index as usize].kind {
+        EntryKind::Regular(object) => object,
+        other => panic!("{path} is {other:?}"),
+    }
+}
+
+fn read_all(file: &VerityFile) -> verityfs::Result<Vec<u8>> {
+    let mut out = vec![0u8; file.data_size() as usize];
+    let mut done = 0;
+    while done < out.len() {
+        // Odd-sized reads: unaligned ones too.
+        let end = (done + 100_003).min(out.len());
+        done += file.read_at(&mut out[done..end], done as u64)?;
+    }
+    Ok(out)
+}
+
+/// The relative paths of everything under `root`, without following
+/// symlinks.
+fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(root.join(rel)).unwrap() {
+        let rel = rel.join(entry.unwrap().file_name());
+        out.push(rel.clone());
+        if fs::symlink_metadata(root.join(&rel)).unwrap().is_dir() {
+            walk(root, &rel, out);
+        }
+    }
+}
+
+#[test]
+fn round_trip_of_a_tree() {
+    let image = Image::new(&MerkleTreeParams::default());
+    let manifest = image.manifest().unwrap();
+    assert_eq!(image.published.skipped, vec![image.src.join("fifo")]);
+    let mut paths = Vec::new();
+    walk(&image.src, Path::new(""), &mut paths);
+    paths.retain(|p| p != Path::new("fifo"));
+    assert_eq!(
+        manifest.entries().len(),
+        paths.len() + 1,
+        "every file and the root"
+    );
+    for rel in &paths {
+        check_entry(&image, &manifest, rel);
+    }
+    // 206 regular files, 5 distinct contents (all of many/ is empty).
+    let objects = fs::read_dir(image.dest.join("objects")).unwrap().count();
+    assert_eq!((objects, image.published.objects_written), (5, 5));
+    let root = &manifest.entries()[0];
+    assert_eq!(root.kind, EntryKind::Directory);
+    assert_eq!(manifest.lookup(b""), Some(0));
+    assert_eq!(manifest.lookup(b"a/nothing"), None);
+    assert_eq!(
+        manifest.lookup(b"dirlink/c"),
+        None,
+        "symlinks are not followed"
+    );
+}
+
+/// The entry of `rel` has the source file's type, mode, time, size,
+/// contents or target.
+fn check_entry(image: &Image, manifest: &Manifest, rel: &Path) {
+    let path = image.src.join(rel);
+    let md = fs::symlink_metadata(&path).unwrap();
+    let index = manifest.lookup(rel.as_os_str().as_bytes()).unwrap();
+    let entry: &Entry = &manifest.entries()[index as usize];
+    assert_eq!(entry.name, rel.file_name().unwrap().as_bytes());
+    assert_eq!(u32::from(entry.mode), md.mode() & 0o7777, "{rel:?}");
+    assert_eq!(entry.mtime, (md.mtime(), md.mtime_nsec() as u32), "{rel:?}");
+    match &entry.kind {
+        EntryKind::Directory => assert!(md.is_dir()),
+        EntryKind::Symlink(target) => {
+            assert_eq!(target, fs::read_link(&path).unwrap().as_os_str().as_bytes())
+        }
+        EntryKind::Regular(object) => {
+            assert_eq!(object.location.data_size, md.len());
+            let file = image.open(manifest, rel.to_str().unwrap()).unwrap();
+            assert_eq!(
+                read_all(&file).unwrap(),
+                fs::read(&path).unwrap(),
+                "{rel:?}"
+            );
+        }
+    }
+}
+
+/// `fsverity digest` of `path` with `params`, as `ALG:HEX`.
+fn fsverity_digest(path: &Path, args: &[&str]) -> String {
+    let out = Command::new("fsverity")
+        .arg("digest")
+        .args(args)
+        .arg(path)
+        .output()
+        .expect("the fsverity program (fsverity-utils) must be installed for this test");
+    assert!(out.status.success(), "fsverity digest {path:?}: {out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.split_whitespace().next().unwrap().to_owned()
+}
+
+fn digests_match_fsverity(params: &MerkleTreeParams, args: &[&str]) {
+    let image = Image::new(params);
+    let manifest = image.manifest().unwrap();
+    let alg = params.hash_algorithm();
+    for rel in [
+        "big.bin",
+        "a/empty",
+        "a/same1",
+        "a/b/same2",
+        "日本語/données/été.txt",
+    ] {
+        let object = regular(&manifest, rel);
+        let want = fsverity_digest(&image.src.join(rel), args);
+        assert_eq!(format!("{alg}:{}", object.digest), want, "{rel}");
+        let name = image.dest.join(object.path(alg));
+        assert!(name.ends_with(want.replace(':', "-")), "{name:?}");
+    }
+    // The trusted digest is the manifest's data's fs-verity digest.
+    let manifest_data = image.dir.path().join("manifest.data");
+    fs::write(&manifest_data, manifest.encode()).unwrap();
+    let want = fsverity_digest(&manifest_data, args);
+    assert_eq!(format!("{alg}:{}", image.published.digest), want);
+}
+
+#[test]
+fn digests_are_those_of_fsverity_digest() {
+    digests_match_fsverity(&MerkleTreeParams::default(), &[]);
+    let params = MerkleTreeParams::new(HashAlgorithm::Sha512, 1024, b"\x01\x02salt").unwrap();
+    let args = [
+        "--hash-alg=sha512",
+        "--block-size=1024",
+        "--salt=010273616c74",
+    ];
+    digests_match_fsverity(&params, &args);
+}
+
+fn flip_byte(path: &Path, pos: u64) {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8];
+    file.read_exact_at(&mut b, pos).unwrap();
+    file.write_all_at(&[b[0] ^ 0x40], pos).unwrap();
+}
+
+fn assert_corrupted<T>(result: verityfs::Result<T>, what: &str) {
+    match result {
+        Err(Error::Corrupted(c)) => eprintln!("{what}: {c}"),
+        Err(e) => panic!("{what}: {e} instead of a corruption"),
+        Ok(_) => panic!("{what}: accepted"),
+    }
+}
+
+#[test]
+fn tampered_manifest_is_refused() {
+    let image = Image::new(&MerkleTreeParams::default());
+    let path = image.dest.join(MANIFEST_NAME);
+    let location = {
+        let file = File::open(&path).unwrap();
+        let mut trailer = [0u8; 48];
+        file.read_exact_at(&mut trailer, file.metadata().unwrap().len() - 48)
+            .unwrap();
+        verityfs::Location::decode(&trailer).unwrap()
+    };
+    assert!(location.tree_size > 0, "the manifest has a tree");
+    for (what, pos) in [
+        ("manifest data", location.data_size / 2),
+        ("manifest tree", location.tree_pos + 5),
+        ("manifest root hash", location.desc_pos + 20),
+    ] {
+        flip_byte(&path, pos);
+        assert_corrupted(image.manifest(), what);
+        flip_byte(&path, pos);
+    }
+    image.manifest().unwrap();
+    let wrong: ExpectedDigest = format!("sha256:{}", "00".repeat(32)).parse().unwrap();
+    let source = Arc::new(File::open(&path).unwrap());
+    assert_corrupted(open_manifest(&fresh(), source, &wrong), "wrong digest");
+}
+
+#[test]
+fn tampered_object_is_refused() {
+    let image = Image::new(&MerkleTreeParams::default());
+    let manifest = image.manifest().unwrap();
+    let object = *regular(&manifest, "big.bin");
+    let path = image.dest.join(object.path(manifest.algorithm()));
+    let l = object.location;
+    for (what, pos) in [
+        ("object data", 2_000_000),
+        ("object tree", l.tree_pos + l.tree_size - 10),
+        ("object root hash", l.desc_pos + 40),
+    ] {
+        flip_byte(&path, pos);
+        assert_corrupted(
+            image.open(&manifest, "big.bin").and_then(|f| read_all(&f)),
+            what,
+        );
+        flip_byte(&path, pos);
+    }
+    let file = image.open(&manifest, "big.bin").unwrap();
+    assert_eq!(
+        read_all(&file).unwrap(),
+        fs::read(image.src.join("big.bin")).unwrap()
+    );
+    // Another file's object in place of this one's.
+    let other = regular(&manifest, "a/same1");
+    fs::copy(image.dest.join(other.path(manifest.algorithm())), &path).unwrap();
+    let err = image.open(&manifest, "big.bin").err().expect("refused");
+    assert_eq!(err.errno(), libc::EIO, "{err}");
+}
 
 /// A valid manifest of the root and `names` under it.
 fn small_manifest(names: &[&str]) -> Vec<u8> {
@@ -183,4 +487,17 @@ fn manifest_limits() {
         Manifest::new(HashAlgorithm::Sha256, vec![]),
         Err(ManifestError::BadEntryCount(0))
     );
+}
+
+#[test]
+fn publish_refuses_a_symlinked_source() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join("real")).unwrap();
+    symlink("real", dir.path().join("link")).unwrap();
+    let err = publish(
+        &dir.path().join("link"),
+        &dir.path().join("out"),
+        &MerkleTreeParams::default(),
+    );
+    assert_eq!(err.unwrap_err().errno(), libc::EINVAL);
 }
