@@ -99,6 +99,14 @@ pub enum Error {
     /// An I/O error from the data source or the tree sink.
     #[error("{0}")]
     Io(#[from] io::Error),
+    /// An I/O error on a named file.
+    #[error("{}: {source}", path.display())]
+    IoAt {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
 }
 
 impl Error {
@@ -125,7 +133,7 @@ impl Error {
             Error::NotVerity | Error::NoSignature => libc::ENODATA,
             Error::Interrupted => libc::EINTR,
             Error::Signature(e) => e.errno(),
-            Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            Error::Io(e) | Error::IoAt { source: e, .. } => e.raw_os_error().unwrap_or(libc::EIO),
         }
     }
 }

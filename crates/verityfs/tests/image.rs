@@ -490,16 +490,25 @@ fn manifest_limits() {
 }
 
 #[test]
-fn publish_refuses_a_symlinked_source() {
+fn publish_refuses_bad_arguments() {
     let dir = tempfile::tempdir().unwrap();
+    let params = MerkleTreeParams::default();
     fs::create_dir(dir.path().join("real")).unwrap();
     symlink("real", dir.path().join("link")).unwrap();
-    let err = publish(
-        &dir.path().join("link"),
-        &dir.path().join("out"),
-        &MerkleTreeParams::default(),
+    let out = dir.path().join("out");
+    let err = publish(&dir.path().join("link"), &out, &params).unwrap_err();
+    assert_eq!(err.errno(), libc::EINVAL, "a symlinked source: {err}");
+    assert!(!out.exists(), "nothing created");
+    let inside = dir.path().join("real/image");
+    let err = publish(&dir.path().join("real"), &inside, &params).unwrap_err();
+    assert_eq!(
+        err.errno(),
+        libc::EINVAL,
+        "the destination inside the source: {err}"
     );
-    assert_eq!(err.unwrap_err().errno(), libc::EINVAL);
+    let err = publish(&dir.path().join("missing"), &out, &params).unwrap_err();
+    assert_eq!(err.errno(), libc::ENOENT);
+    assert!(err.to_string().contains("missing"), "names the path: {err}");
 }
 
 /// A manifest written by hand from the tables of `docs/IMAGE.md` decodes to

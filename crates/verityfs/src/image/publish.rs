@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 
-use super::manifest::{Entry, EntryKind, FileObject, Manifest, MAX_ENTRIES};
+use super::manifest::{Entry, EntryKind, FileObject, Manifest, ManifestError, MAX_ENTRIES};
 use super::{object_path, MANIFEST_NAME, OBJECTS_DIR};
 use crate::build::build_merkle_tree;
 use crate::descriptor::{Descriptor, DESCRIPTOR_SIZE};
@@ -47,7 +47,7 @@ pub struct Published {
 }
 
 /// Publishes the tree at `src` (a directory, not a symlink to one) into
-/// `dest` (created if missing): one object per distinct file content in
+/// `dest` (created if missing, not inside `src`, else `EINVAL`): one object per distinct file content in
 /// `dest/objects/`, then the manifest as `dest/manifest`, each written
 /// under a temporary name, synced and renamed into place, so a reader
 /// never sees a partial object or manifest. Objects already present are
@@ -60,10 +60,15 @@ pub struct Published {
 /// count) are [`Error::InvalidManifest`].
 pub fn publish(src: &Path, dest: &Path, params: &MerkleTreeParams) -> Result<Published> {
     params.check_kernel_limits()?;
-    fs::create_dir_all(dest.join(OBJECTS_DIR))?;
-    let root = sys(rustix::fs::lstat(src))?;
+    let root = at(src, rustix::fs::lstat(src))?;
     if FileType::from_raw_mode(root.st_mode) != FileType::Directory {
         return Err(Error::InvalidArgument("the source is not a directory"));
+    }
+    fs::create_dir_all(dest.join(OBJECTS_DIR))?;
+    if fs::canonicalize(dest)?.starts_with(fs::canonicalize(src)?) {
+        return Err(Error::InvalidArgument(
+            "the destination is inside the source",
+        ));
     }
     let mut publisher = Publisher {
         params,
@@ -104,13 +109,13 @@ impl Publisher<'_> {
     /// Appends the children of a directory, in name order.
     fn add_directory(&mut self, (index, path, id): PendingDir) -> Result<()> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = sys(rustix::fs::open(&path, flags, Mode::empty()))?;
-        if identity(&sys(rustix::fs::fstat(&fd))?) != id {
+        let fd = at(&path, rustix::fs::open(&path, flags, Mode::empty()))?;
+        if identity(&at(&path, rustix::fs::fstat(&fd))?) != id {
             return Err(changed(&path));
         }
         let mut names = Vec::new();
-        for dirent in sys(rustix::fs::Dir::read_from(&fd))? {
-            let name = sys(dirent)?.file_name().to_owned();
+        for dirent in at(&path, rustix::fs::Dir::read_from(&fd))? {
+            let name = at(&path, dirent)?.file_name().to_owned();
             if name.to_bytes() != b"." && name.to_bytes() != b".." {
                 names.push(name);
             }
@@ -118,7 +123,7 @@ impl Publisher<'_> {
         names.sort();
         for name in names {
             if self.entries.len() >= MAX_ENTRIES as usize {
-                return Err(super::manifest::ManifestError::BadEntryCount(MAX_ENTRIES).into());
+                return Err(ManifestError::BadEntryCount(MAX_ENTRIES).into());
             }
             self.add_child(index, &fd, &path, &name)?;
         }
@@ -134,7 +139,10 @@ impl Publisher<'_> {
         name: &CStr,
     ) -> Result<()> {
         let path = dir_path.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
-        let stat = sys(rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW))?;
+        let stat = at(
+            &path,
+            rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW),
+        )?;
         let kind = match FileType::from_raw_mode(stat.st_mode) {
             FileType::Directory => {
                 let index = self.entries.len() as u32;
@@ -143,7 +151,7 @@ impl Publisher<'_> {
             }
             FileType::RegularFile => EntryKind::Regular(self.add_file(dir, name, &stat, &path)?),
             FileType::Symlink => {
-                let target = sys(rustix::fs::readlinkat(dir, name, Vec::new()))?;
+                let target = at(&path, rustix::fs::readlinkat(dir, name, Vec::new()))?;
                 EntryKind::Symlink(target.into_bytes())
             }
             _ => {
@@ -164,9 +172,14 @@ impl Publisher<'_> {
         stat: &Stat,
         path: &Path,
     ) -> Result<FileObject> {
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC;
-        let file = File::from(sys(rustix::fs::openat(dir, name, flags, Mode::empty()))?);
-        let now = sys(rustix::fs::fstat(&file))?;
+        // NONBLOCK: should the file have been replaced by a FIFO since it
+        // was examined, opening it must not wait for a writer.
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::NONBLOCK;
+        let file = File::from(at(
+            path,
+            rustix::fs::openat(dir, name, flags | OFlags::CLOEXEC, Mode::empty()),
+        )?);
+        let now = at(path, rustix::fs::fstat(&file))?;
         if identity(&now) != identity(stat)
             || FileType::from_raw_mode(now.st_mode) != FileType::RegularFile
         {
@@ -180,7 +193,13 @@ impl Publisher<'_> {
         };
         let size = now.st_size as u64;
         let (descriptor, tree) =
-            build_merkle_tree(self.params, size, tee, Vec::new(), &mut |_| Ok(()))?;
+            build_merkle_tree(self.params, size, tee, Vec::new(), &mut |_| Ok(())).map_err(
+                |e| match e {
+                    Error::UnexpectedEof { .. } => changed(path),
+                    Error::Io(e) => named(path, e),
+                    e => e,
+                },
+            )?;
         let location = write_metadata(&temp.file, &descriptor, &tree)?;
         let object = FileObject {
             digest: descriptor.file_digest(),
@@ -208,9 +227,14 @@ fn entry(parent: u32, name: Vec<u8>, stat: &Stat, kind: EntryKind) -> Entry {
     }
 }
 
-/// rustix's errors as `io::Error`s, which [`Error`] converts from.
-fn sys<T>(result: rustix::io::Result<T>) -> io::Result<T> {
-    result.map_err(io::Error::from)
+/// A failed system call on `path` as an error naming the path.
+fn at<T>(path: &Path, result: rustix::io::Result<T>) -> Result<T> {
+    result.map_err(|e| named(path, e.into()))
+}
+
+fn named(path: &Path, source: io::Error) -> Error {
+    let path = path.to_owned();
+    Error::IoAt { path, source }
 }
 
 fn identity(stat: &Stat) -> (u64, u64) {
