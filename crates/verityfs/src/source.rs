@@ -33,7 +33,9 @@ pub trait Source: Send + Sync {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
 
     /// Fills `bufs` in order from `offset`, as one request where the source
-    /// can (a run of tree blocks into the buffers the cache keeps).
+    /// can (a run of tree blocks into the buffers the cache keeps). The
+    /// default makes one [`Source::read_exact_at`] per buffer: a source
+    /// where a request is costly (a range request) should override it.
     fn read_exact_vectored_at(&self, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<()> {
         let mut pos = offset;
         for buf in bufs {

@@ -103,11 +103,16 @@ fn regular<'a>(manifest: &'a Manifest, path: &str) -> &'a verityfs::image::FileO
 }
 
 fn read_all(file: &VerityFile) -> verityfs::Result<Vec<u8>> {
+    // Odd-sized reads: unaligned ones too.
+    read_in(file, 100_003)
+}
+
+/// The whole file, in reads of `chunk` bytes.
+fn read_in(file: &VerityFile, chunk: usize) -> verityfs::Result<Vec<u8>> {
     let mut out = vec![0u8; file.data_size() as usize];
     let mut done = 0;
     while done < out.len() {
-        // Odd-sized reads: unaligned ones too.
-        let end = (done + 100_003).min(out.len());
+        let end = (done + chunk).min(out.len());
         done += file.read_at(&mut out[done..end], done as u64)?;
     }
     Ok(out)
@@ -570,4 +575,99 @@ fn documented_encoding() {
     assert_eq!(m.children(0), 1..4);
     assert_eq!(m.children(3), 4..4);
     assert_eq!(m.lookup(b"link/x"), None, "symlinks are not followed");
+}
+
+#[test]
+fn publishing_again_gives_the_same_digest_and_shares_objects() {
+    let image = Image::new(&MerkleTreeParams::default());
+    let again = publish(&image.src, &image.dest, &MerkleTreeParams::default()).unwrap();
+    assert_eq!(
+        again.digest, image.published.digest,
+        "the encoding is canonical"
+    );
+    assert_eq!(again.objects_written, 0, "every object was there");
+    let elsewhere = image.dir.path().join("elsewhere");
+    let third = publish(&image.src, &elsewhere, &MerkleTreeParams::default()).unwrap();
+    assert_eq!((third.digest, third.objects_written), (again.digest, 5));
+    let leftovers: Vec<_> = fs::read_dir(image.dest.join("objects"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.as_bytes().starts_with(b".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+}
+
+/// A source kept in memory, recording the requests the read path makes:
+/// what a remote source sees.
+#[derive(Default)]
+struct Recorded {
+    bytes: Vec<u8>,
+    reads: std::sync::Mutex<Vec<(u64, usize)>>,
+    prefetches: std::sync::Mutex<Vec<(u64, u64)>>,
+}
+
+impl verityfs::Source for Recorded {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.reads.lock().unwrap().push((offset, buf.len()));
+        let end = offset as usize + buf.len();
+        let src = self.bytes.get(offset as usize..end);
+        buf.copy_from_slice(src.ok_or(std::io::ErrorKind::UnexpectedEof)?);
+        Ok(())
+    }
+
+    fn prefetch(&self, offset: u64, len: u64) {
+        self.prefetches.lock().unwrap().push((offset, len));
+    }
+
+    fn size(&self) -> std::io::Result<u64> {
+        Ok(self.bytes.len() as u64)
+    }
+}
+
+#[test]
+fn an_object_read_through_another_source() {
+    let image = Image::new(&MerkleTreeParams::default());
+    let manifest = image.manifest().unwrap();
+    let object = regular(&manifest, "big.bin");
+    let bytes = fs::read(image.dest.join(object.path(manifest.algorithm()))).unwrap();
+    let source = Arc::new(Recorded {
+        bytes,
+        ..Default::default()
+    });
+    let file = open_object(
+        &fresh(),
+        manifest.algorithm(),
+        object,
+        source.clone(),
+        "big".as_ref(),
+    )
+    .unwrap();
+    // Aligned reads, as FUSE sends them.
+    let data = read_in(&file, 128 << 10).unwrap();
+    assert_eq!(data, fs::read(image.src.join("big.bin")).unwrap());
+    let l = object.location;
+    let reads = source.reads.lock().unwrap().clone();
+    // The descriptor, then data and tree: each byte read once.
+    assert_eq!(reads[0], (l.desc_pos, 256));
+    let tree_bytes: usize = reads
+        .iter()
+        .filter(|r| r.0 >= l.tree_pos && r.0 < l.desc_pos)
+        .map(|r| r.1)
+        .sum();
+    assert_eq!(tree_bytes as u64, l.tree_size, "{reads:?}");
+    let data_bytes: usize = reads
+        .iter()
+        .filter(|r| r.0 < l.data_size)
+        .map(|r| r.1)
+        .sum();
+    assert_eq!(data_bytes as u64, l.data_size);
+    // Readahead asks for tree ranges only, within the tree.
+    let prefetches = source.prefetches.lock().unwrap().clone();
+    assert!(!prefetches.is_empty());
+    for (offset, len) in prefetches {
+        assert!(
+            offset >= l.tree_pos && offset + len <= l.desc_pos,
+            "{offset}+{len}"
+        );
+    }
 }
