@@ -24,13 +24,14 @@ CARGO_FUZZ_VERSION=0.13.2
 
 # Largest input per target: a bit past what the parser accepts, so the
 # too-large paths are reached too.
-targets=(descriptor location enable_arg geometry tree_small)
+targets=(descriptor location enable_arg geometry tree_small manifest)
 declare -A max_len=(
     [descriptor]=16640 # 256-byte descriptor + 16128-byte signature = 16384
     [location]=64      # records are 48 and 16 bytes
     [enable_arg]=16512 # 128-byte argument + 32-byte salt + 16128-byte signature
     [geometry]=32      # a 24-byte header of numbers
     [tree_small]=65573 # 5-byte header + 32-byte salt + 64 KiB of data
+    [manifest]=65536   # 2048 levels of one-byte names take 51 KiB
 )
 # build_merkle_tree reads on a scoped thread, which may still be exiting
 # (freeing its thread handle and thread-locals) when the target returns:

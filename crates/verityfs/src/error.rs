@@ -4,6 +4,7 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::hash_algs::{Digest, HashAlgorithm};
+use crate::image::ManifestError;
 
 /// The result type of this crate.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -92,9 +93,20 @@ pub enum Error {
     /// A built-in signature that the kernel's rules refuse.
     #[error("{0}")]
     Signature(#[from] SignatureError),
+    /// An image manifest that breaks the encoding's rules.
+    #[error("invalid image manifest: {0}")]
+    InvalidManifest(#[from] ManifestError),
     /// An I/O error from the data source or the tree sink.
     #[error("{0}")]
     Io(#[from] io::Error),
+    /// An I/O error on a named file.
+    #[error("{}: {source}", path.display())]
+    IoAt {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
 }
 
 impl Error {
@@ -108,6 +120,7 @@ impl Error {
             | Error::BlockSizeUnsupported(_)
             | Error::InvalidDescriptor(_)
             | Error::InvalidLocation(_)
+            | Error::InvalidManifest(_)
             | Error::InvalidArgument(_) => libc::EINVAL,
             Error::SaltTooLong(_) | Error::DescriptorTooLarge(_) | Error::SignatureTooLarge(_) => {
                 libc::EMSGSIZE
@@ -120,7 +133,7 @@ impl Error {
             Error::NotVerity | Error::NoSignature => libc::ENODATA,
             Error::Interrupted => libc::EINTR,
             Error::Signature(e) => e.errno(),
-            Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            Error::Io(e) | Error::IoAt { source: e, .. } => e.raw_os_error().unwrap_or(libc::EIO),
         }
     }
 }

@@ -25,6 +25,8 @@
 //! | measure a stored verity file (`fsverity measure`) | [`measure_verity`] |
 //! | read a verity file with every byte checked | [`VerityFile::open`], [`VerityFile::read_at`] |
 //! | check data shipped with a separate tree and descriptor (downloads) | [`VerityFile::open_detached`] |
+//! | read verified data from any [`Source`] of byte ranges (a remote object) | [`VerityFile::open_sources`] |
+//! | publish a directory tree as an image, read it back verified from one trusted digest | [`image::publish`], [`image::open_manifest`], [`image::open_object`] |
 //! | consume verified data as a stream (`io::copy`, parsers) | [`VerifiedReader`] (`Read + Seek`) |
 //! | scrub a verity file for every bad block | [`check::check_file`] |
 //! | recognise and repair a backing file copied without its extended attributes | [`stripped::find_stripped`], [`stripped::reattach`] |
@@ -65,6 +67,7 @@ mod error;
 mod expected;
 pub mod geometry;
 pub mod hash_algs;
+pub mod image;
 // Public for the fuzz targets and tests of the on-disk format only; the
 // types embedders meet are re-exported below.
 #[doc(hidden)]
@@ -80,6 +83,7 @@ pub mod sha256_mb;
 #[cfg(feature = "openssl")]
 #[allow(unsafe_code)]
 pub mod signature;
+pub mod source;
 mod state;
 mod stats;
 pub mod stripped;
@@ -98,6 +102,7 @@ pub use open::{ReadOptions, Verifier, VerityFile};
 pub use params::{MerkleTreeParams, Salt};
 pub use read_metadata::MetadataType;
 pub use reader::{corruption, VerifiedReader};
+pub use source::Source;
 pub use state::{recover, FileState};
 pub use stats::{Counters, Snapshot};
 

@@ -1,0 +1,169 @@
+//! Images: a directory tree published as content-addressed verity objects
+//! and a manifest, read back from any [`Source`] with every byte verified
+//! (format: `docs/IMAGE.md`).
+//!
+//! Trust flows from one digest: the manifest's fs-verity digest, which
+//! [`publish`] returns. [`open_manifest`] checks the manifest object against
+//! it, the manifest gives each regular file's digest, and [`open_object`]
+//! checks the file's object against that digest before any byte is served.
+//!
+//! ```
+//! use std::fs::File;
+//! use std::sync::Arc;
+//! use verityfs::image::{open_manifest, open_object, publish, EntryKind, MANIFEST_NAME};
+//! use verityfs::{MerkleTreeParams, ReadOptions, Verifier};
+//!
+//! # let dir = tempfile::tempdir()?;
+//! # let (src, dest) = (dir.path().join("src"), dir.path().join("image"));
+//! # std::fs::create_dir_all(src.join("etc"))?;
+//! std::fs::write(src.join("etc/motd"), b"hello\n")?;
+//! let published = publish(&src, &dest, &MerkleTreeParams::default())?;
+//! let trusted = format!("sha256:{}", published.digest).parse()?;
+//!
+//! let verifier = Verifier::new(ReadOptions::default());
+//! let source = Arc::new(File::open(dest.join(MANIFEST_NAME))?);
+//! let manifest = open_manifest(&verifier, source, &trusted)?;
+//! let index = manifest.lookup(b"etc/motd").expect("published");
+//! let EntryKind::Regular(object) = &manifest.entries()[index as usize].kind else { panic!() };
+//! let source = Arc::new(File::open(dest.join(object.path(manifest.algorithm())))?);
+//! let file = open_object(&verifier, manifest.algorithm(), object, source, "etc/motd".as_ref())?;
+//! let mut buf = [0u8; 16];
+//! let n = file.read_at(&mut buf, 0)?; // verified
+//! assert_eq!(&buf[..n], b"hello\n");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod manifest;
+mod publish;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use manifest::{Entry, EntryKind, FileObject, Manifest, ManifestError};
+pub use publish::{publish, Published};
+
+use crate::error::{Corruption, Error, Result};
+use crate::expected::ExpectedDigest;
+use crate::hash_algs::{Digest, HashAlgorithm};
+use crate::layout::{Location, LOCATION_SIZE};
+use crate::open::{Verifier, VerityFile};
+use crate::source::Source;
+
+/// The manifest object's name in an image.
+pub const MANIFEST_NAME: &str = "manifest";
+/// The directory of the file objects in an image.
+pub const OBJECTS_DIR: &str = "objects";
+/// The largest manifest [`open_manifest`] reads into memory.
+pub const MAX_MANIFEST_SIZE: u64 = 1 << 30;
+
+/// Where the object of contents with `digest` is, relative to the image:
+/// `objects/ALG-HEX`.
+pub fn object_path(alg: HashAlgorithm, digest: &Digest) -> String {
+    format!("{OBJECTS_DIR}/{alg}-{digest}")
+}
+
+impl FileObject {
+    /// Where this object is, relative to the image (see [`object_path`]).
+    pub fn path(&self, alg: HashAlgorithm) -> String {
+        object_path(alg, &self.digest)
+    }
+}
+
+/// Opens the manifest object `source` (an image's [`MANIFEST_NAME`]),
+/// checks that its digest is `expected`, and decodes it.
+///
+/// The object ends with its location record (untrusted, it only says where
+/// to look); the descriptor it points to must hash to `expected`, else
+/// [`Error::Corrupted`]; every byte of the manifest is then verified as it
+/// is read. A manifest that verifies but breaks the encoding's rules is
+/// [`Error::InvalidManifest`].
+pub fn open_manifest(
+    verifier: &Arc<Verifier>,
+    source: Arc<dyn Source>,
+    expected: &ExpectedDigest,
+) -> Result<Manifest> {
+    let size = source.size()?;
+    let trailer_pos = size
+        .checked_sub(LOCATION_SIZE as u64)
+        .ok_or(Error::MetadataTruncated)?;
+    let mut trailer = [0u8; LOCATION_SIZE];
+    source.read_exact_at(&mut trailer, trailer_pos)?;
+    let location = Location::decode(&trailer)?;
+    if location.end() != Some(trailer_pos) {
+        return Err(Error::InvalidLocation(
+            "the manifest object has the wrong size",
+        ));
+    }
+    let name = Path::new(MANIFEST_NAME);
+    let file = open_checked(verifier, source, location, name, |file| {
+        file.matches(expected)
+            .then_some(())
+            .ok_or(expected.digest())
+    })?;
+    if file.data_size() > MAX_MANIFEST_SIZE {
+        return Err(Error::FileTooLarge(file.data_size()));
+    }
+    let mut bytes = vec![0u8; file.data_size() as usize];
+    let mut done = 0;
+    while done < bytes.len() {
+        done += file.read_at(&mut bytes[done..], done as u64)?;
+    }
+    Ok(Manifest::decode(&bytes)?)
+}
+
+/// Opens the object of a regular file (read from `source`) as a verity
+/// file named `name`, checking that its digest is the one the manifest
+/// gives (else [`Error::Corrupted`]): from then on, every byte read is
+/// verified.
+pub fn open_object(
+    verifier: &Arc<Verifier>,
+    alg: HashAlgorithm,
+    object: &FileObject,
+    source: Arc<dyn Source>,
+    name: &Path,
+) -> Result<VerityFile> {
+    open_checked(verifier, source, object.location, name, |file| {
+        let ok =
+            file.descriptor().params().hash_algorithm() == alg && *file.digest() == object.digest;
+        ok.then_some(()).ok_or(object.digest)
+    })
+}
+
+/// Opens a backing-format object whose metadata is at `location` and
+/// accepts it if `trusted` does; else reports the descriptor as corrupted,
+/// with the digest `trusted` wanted.
+fn open_checked(
+    verifier: &Arc<Verifier>,
+    source: Arc<dyn Source>,
+    location: Location,
+    name: &Path,
+    trusted: impl FnOnce(&VerityFile) -> std::result::Result<(), Digest>,
+) -> Result<VerityFile> {
+    let mut descriptor = vec![0u8; location.desc_size as usize];
+    source
+        .read_exact_at(&mut descriptor, location.desc_pos)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => Error::MetadataTruncated,
+            _ => e.into(),
+        })?;
+    let file = VerityFile::open_sources(
+        verifier,
+        (source.clone(), source),
+        location,
+        &descriptor,
+        name,
+    )?;
+    match trusted(&file) {
+        Ok(()) => Ok(file),
+        // The descriptor sits above the tree's top level: a mismatch is
+        // reported at that level, at position 0.
+        Err(want) => Err(Error::Corrupted(Box::new(Corruption {
+            file: name.to_owned(),
+            pos: 0,
+            level: file.geometry().num_levels() as i32,
+            alg: file.descriptor().params().hash_algorithm(),
+            want,
+            real: *file.digest(),
+        }))),
+    }
+}
