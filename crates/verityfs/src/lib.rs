@@ -24,6 +24,7 @@
 //! | turn a file into a verity file in place (`fsverity enable`) | [`enable_verity`] |
 //! | read a verity file with every byte checked | [`VerityFile::open`], [`VerityFile::read_at`] |
 //! | check data shipped with a separate tree and descriptor (downloads) | [`VerityFile::open_detached`] |
+//! | read verified data from any [`Source`] of byte ranges (a remote object) | [`VerityFile::open_sources`] |
 //! | consume verified data as a stream (`io::copy`, parsers) | [`VerifiedReader`] (`Read + Seek`) |
 //! | scrub a verity file for every bad block | [`check::check_file`] |
 //! | recognise and repair a backing file copied without its extended attributes | [`stripped::find_stripped`], [`stripped::reattach`] |
@@ -79,6 +80,7 @@ pub mod sha256_mb;
 #[cfg(feature = "openssl")]
 #[allow(unsafe_code)]
 pub mod signature;
+pub mod source;
 mod state;
 mod stats;
 pub mod stripped;
@@ -96,6 +98,7 @@ pub use open::{ReadOptions, Verifier, VerityFile};
 pub use params::{MerkleTreeParams, Salt};
 pub use read_metadata::MetadataType;
 pub use reader::{corruption, VerifiedReader};
+pub use source::Source;
 pub use state::{recover, FileState};
 pub use stats::{Counters, Snapshot};
 

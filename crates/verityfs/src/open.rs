@@ -2,7 +2,6 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,6 +15,7 @@ use crate::expected::ExpectedDigest;
 use crate::geometry::TreeGeometry;
 use crate::hash_algs::{Digest, SaltedHasher};
 use crate::layout::Location;
+use crate::source::Source;
 use crate::state::FileState;
 use crate::stats::Counters;
 
@@ -74,8 +74,8 @@ impl Verifier {
 /// An open verity file: every byte [`VerityFile::read_at`] returns was
 /// checked against the Merkle tree up to the root hash.
 pub struct VerityFile {
-    pub(crate) data: File,
-    pub(crate) tree: File,
+    pub(crate) data: Arc<dyn Source>,
+    pub(crate) tree: Arc<dyn Source>,
     pub(crate) name: PathBuf,
     pub(crate) cache_id: u64,
     pub(crate) location: Location,
@@ -149,11 +149,34 @@ impl VerityFile {
             return Err(Error::MetadataTruncated);
         }
         let mut stored = vec![0u8; location.desc_size as usize];
-        file.read_exact_at(&mut stored, location.desc_pos)?;
-        let (descriptor, signature) = Descriptor::parse(&stored)?;
-        let params = *descriptor.params();
-        let geometry = TreeGeometry::new(&params, descriptor.data_size());
-        if descriptor.data_size() != location.data_size {
+        Source::read_exact_at(&file, &mut stored, location.desc_pos)?;
+        let tree = open_tree_reader(&file)?;
+        let sources = (Arc::new(file) as Arc<dyn Source>, Arc::new(tree) as _);
+        Self::open_sources(verifier, sources, location, &stored, name)
+    }
+
+    /// Opens the verity file whose data is at offset 0 of `data`, whose
+    /// tree and descriptor are at `location.tree_pos` of `tree` (which may
+    /// be the same source), and whose stored descriptor (with its signature)
+    /// is `descriptor`: the constructor every other one ends in, for any
+    /// [`Source`] (a remote object, a cache).
+    ///
+    /// Checks the descriptor with the kernel's rules and that it agrees with
+    /// `location` (`data_size`, the tree size its parameters imply, and the
+    /// stored size): [`Error::InvalidDescriptor`] otherwise. Nothing is read
+    /// here: a source that ends before `location` says fails the reads that
+    /// need the missing bytes ([`Error::MetadataTruncated`], `EIO`).
+    pub fn open_sources(
+        verifier: &Arc<Verifier>,
+        (data, tree): (Arc<dyn Source>, Arc<dyn Source>),
+        location: Location,
+        descriptor: &[u8],
+        name: &Path,
+    ) -> Result<VerityFile> {
+        let (parsed, signature) = Descriptor::parse(descriptor)?;
+        let params = *parsed.params();
+        let geometry = TreeGeometry::new(&params, parsed.data_size());
+        if parsed.data_size() != location.data_size {
             return Err(Error::InvalidDescriptor(
                 "data_size differs from the location record",
             ));
@@ -163,13 +186,29 @@ impl VerityFile {
                 "tree size differs from the location record",
             ));
         }
+        if descriptor.len() != location.desc_size as usize {
+            return Err(Error::InvalidDescriptor(
+                "descriptor size differs from the location record",
+            ));
+        }
         params.check_kernel_limits()?;
         geometry.check_kernel_limits()?;
-        let tree = open_tree_reader(&file)?;
-        let files = (file, tree);
-        Ok(Self::assemble(
-            verifier, files, name, location, descriptor, signature, geometry,
-        ))
+        Ok(VerityFile {
+            data,
+            tree,
+            name: name.to_owned(),
+            cache_id: verifier.next_file_id.fetch_add(1, Ordering::Relaxed),
+            location,
+            signature: signature.to_vec(),
+            digest: parsed.file_digest(),
+            hasher: params.hasher(),
+            descriptor: parsed,
+            geometry,
+            verifier: verifier.clone(),
+            stats: Counters::default(),
+            last_end: AtomicU64::new(u64::MAX),
+            readahead_until: AtomicU64::new(0),
+        })
     }
 
     /// The fs-verity file digest (what `FS_IOC_MEASURE_VERITY` returns),
@@ -283,12 +322,12 @@ impl VerityFile {
         descriptor: &[u8],
         name: &Path,
     ) -> Result<VerityFile> {
-        let (descriptor, signature) = Descriptor::parse(descriptor)?;
-        let params = *descriptor.params();
+        let (parsed, signature) = Descriptor::parse(descriptor)?;
+        let params = *parsed.params();
         params.check_kernel_limits()?;
-        let geometry = TreeGeometry::new(&params, descriptor.data_size());
+        let geometry = TreeGeometry::new(&params, parsed.data_size());
         geometry.check_kernel_limits()?;
-        if data.metadata()?.len() != descriptor.data_size() {
+        if data.metadata()?.len() != parsed.data_size() {
             return Err(Error::InvalidDescriptor(
                 "data_size differs from the size of the data file",
             ));
@@ -298,48 +337,18 @@ impl VerityFile {
                 "the tree file does not have the size of the tree the descriptor implies",
             ));
         }
-        let desc_size = (crate::descriptor::DESCRIPTOR_SIZE + signature.len()) as u32;
         let location = Location {
-            data_size: descriptor.data_size(),
+            data_size: parsed.data_size(),
             tree_pos: 0,
             tree_size: geometry.tree_size(),
             desc_pos: geometry.tree_size(),
-            desc_size,
+            desc_size: (crate::descriptor::DESCRIPTOR_SIZE + signature.len()) as u32,
         };
         // Tree readahead is ours to do (see `open_tree_reader`); a hint.
         let _ = fadvise(&tree, 0, None, Advice::Random);
-        let files = (data, tree);
-        Ok(Self::assemble(
-            verifier, files, name, location, descriptor, signature, geometry,
-        ))
-    }
-
-    /// The open file from its checked parts.
-    fn assemble(
-        verifier: &Arc<Verifier>,
-        (data, tree): (File, File),
-        name: &Path,
-        location: Location,
-        descriptor: Descriptor,
-        signature: &[u8],
-        geometry: TreeGeometry,
-    ) -> VerityFile {
-        VerityFile {
-            data,
-            tree,
-            name: name.to_owned(),
-            cache_id: verifier.next_file_id.fetch_add(1, Ordering::Relaxed),
-            location,
-            signature: signature.to_vec(),
-            digest: descriptor.file_digest(),
-            hasher: descriptor.params().hasher(),
-            descriptor,
-            geometry,
-            verifier: verifier.clone(),
-            stats: Counters::default(),
-            last_end: AtomicU64::new(u64::MAX),
-            readahead_until: AtomicU64::new(0),
-        }
+        let stored = &descriptor[..location.desc_size as usize];
+        let sources = (Arc::new(data) as Arc<dyn Source>, Arc::new(tree) as _);
+        Self::open_sources(verifier, sources, location, stored, name)
     }
 }
 

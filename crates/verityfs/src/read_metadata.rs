@@ -2,8 +2,6 @@
 //! it (kernel: `fs/verity/read_metadata.c`). Like the kernel, the bytes are
 //! returned as stored, not re-authenticated.
 
-use std::os::unix::fs::FileExt;
-
 use crate::error::{Error, Result};
 use crate::open::VerityFile;
 

@@ -19,21 +19,17 @@
 //! Readahead follows the kernel's 2026 design (readahead at submission time)
 //! and the 2019 rule (a quarter of the data window ahead on level 0):
 //! before the data is read, every level's missing tree blocks for the read
-//! are requested asynchronously (`POSIX_FADV_WILLNEED`), so that tree and
-//! data I/O overlap; a missing tree block is then read together with the
+//! are requested asynchronously ([`Source::prefetch`](crate::Source::prefetch),
+//! `POSIX_FADV_WILLNEED` for a local file), so that tree and data I/O
+//! overlap; a missing tree block is then read together with the
 //! rest of the run the read needs, in one request per level, straight into
 //! the buffers the cache keeps; and on a sequential stream the level-0
 //! blocks beyond the read are requested ahead of time.
 
 use std::cell::Cell;
-use std::fs::File;
 use std::io::{self, IoSliceMut};
-use std::num::NonZeroU64;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-use rustix::fs::{fadvise, Advice};
 
 use crate::cache::{BlockKey, TreeBlock};
 use crate::error::{Corruption, Error, Result};
@@ -67,9 +63,6 @@ const SMALL_HASH_BATCH: usize = 2 << 10;
 /// next unaligned read (more than FUSE's largest read); larger ones
 /// allocate their own.
 const KEPT_BOUNCE_BYTES: usize = 4 << 20;
-
-/// The most buffers one `preadv` takes (Linux's `IOV_MAX`).
-const MAX_IOVECS: usize = 1024;
 
 thread_local! {
     /// The buffer of this thread's unaligned reads, taken while in use.
@@ -254,15 +247,14 @@ impl VerityFile {
         until.saturating_sub(1).clamp(e, blocks - 1)
     }
 
-    /// `POSIX_FADV_WILLNEED` on tree blocks `s..=e` of `level`: the kernel
-    /// starts reading them without waiting.
+    /// Asks the tree's source to start fetching blocks `s..=e` of `level`
+    /// (`POSIX_FADV_WILLNEED` for a local file) without waiting.
     fn hint_tree_range(&self, level: usize, s: u64, e: u64) {
         if s > e {
             return;
         }
-        let len = NonZeroU64::new((e - s + 1) << self.log_block_size());
-        // A hint: failure only costs speed.
-        let _ = fadvise(&self.tree, self.tree_pos(level, s), len, Advice::WillNeed);
+        let len = (e - s + 1) << self.log_block_size();
+        self.tree.prefetch(self.tree_pos(level, s), len);
         self.count(|c| &c.readahead_requests, 1);
         self.count(|c| &c.readahead_blocks, e - s + 1);
     }
@@ -421,7 +413,8 @@ impl VerityFile {
         let bs = self.geometry.block_size();
         let mut blocks: Vec<Box<[u8]>> = (0..count).map(|_| vec![0; bs].into()).collect();
         let mut bufs: Vec<IoSliceMut<'_>> = blocks.iter_mut().map(|b| IoSliceMut::new(b)).collect();
-        read_exact_vectored_at(&self.tree, &mut bufs, self.tree_pos(level, index))
+        self.tree
+            .read_exact_vectored_at(&mut bufs, self.tree_pos(level, index))
             .map_err(metadata_error)?;
         self.count(|c| &c.tree_read_requests, 1);
         self.count(|c| &c.tree_blocks_read, count as u64);
@@ -474,27 +467,4 @@ fn with_bounce_buffer<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
         BOUNCE.set(buf);
     }
     result
-}
-
-/// Fills `bufs` in order from `file` at `pos`, as `read_exact_at` fills one
-/// buffer: one request for the whole run (of at most [`MAX_IOVECS`]
-/// buffers per call), retried after a short read or an interruption.
-fn read_exact_vectored_at(
-    file: &File,
-    mut bufs: &mut [IoSliceMut<'_>],
-    mut pos: u64,
-) -> io::Result<()> {
-    while !bufs.is_empty() {
-        let n = bufs.len().min(MAX_IOVECS);
-        match rustix::io::preadv(file, &mut bufs[..n], pos) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(read) => {
-                pos += read as u64;
-                IoSliceMut::advance_slices(&mut bufs, read);
-            }
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
 }
