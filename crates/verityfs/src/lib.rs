@@ -56,6 +56,7 @@
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod access;
 mod build;
 mod cache;
 pub mod check;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use rustix::fs::{fadvise, Advice};
 
+use crate::access::Access;
 use crate::cache::{TreeCache, DEFAULT_CACHE_BYTES};
 use crate::descriptor::Descriptor;
 use crate::error::{Error, Result};
@@ -18,6 +19,18 @@ use crate::layout::Location;
 use crate::source::Source;
 use crate::state::FileState;
 use crate::stats::Counters;
+
+/// Backing files up to this size (data up to about 900 KiB, tree and
+/// descriptor) are fetched whole when opened: a small file is usually read
+/// whole, and its data, tree and descriptor then cost one or two device
+/// requests (two where the filesystem keeps the gap before the tree on the
+/// disk too) instead of three.
+const WHOLE_FILE_PREFETCH_BYTES: u64 = 1 << 20;
+
+/// Trees up to this size (of up to 64 MiB of data with 4 KiB blocks and
+/// SHA-256) are fetched with the descriptor when the file is opened: one
+/// request instead of one for the descriptor and one or more for the tree.
+const TREE_PREFETCH_BYTES: u64 = 512 << 10;
 
 /// Settings of the verified read path.
 #[derive(Clone, Copy, Debug)]
@@ -86,10 +99,8 @@ pub struct VerityFile {
     pub(crate) hasher: SaltedHasher,
     pub(crate) verifier: Arc<Verifier>,
     pub(crate) stats: Counters,
-    /// Where the previous read ended, to recognise sequential streams.
-    pub(crate) last_end: AtomicU64,
-    /// Level-0 tree blocks below this index have had readahead issued.
-    pub(crate) readahead_until: AtomicU64,
+    /// The streams reading the file, for tree readahead.
+    pub(crate) access: Access,
 }
 
 impl VerityFile {
@@ -145,8 +156,14 @@ impl VerityFile {
         let FileState::Verity(location) = FileState::read(&file)? else {
             return Err(Error::NotVerity);
         };
-        if file.metadata()?.len() < location.end().ok_or(Error::MetadataTruncated)? {
+        let end = location.end().ok_or(Error::MetadataTruncated)?;
+        if file.metadata()?.len() < end {
             return Err(Error::MetadataTruncated);
+        }
+        // Before the descriptor is read, so that the descriptor comes in
+        // the same request as what is fetched with it.
+        if let Some((start, len)) = open_prefetch(&location) {
+            Source::prefetch(&file, start, len);
         }
         let mut stored = vec![0u8; location.desc_size as usize];
         Source::read_exact_at(&file, &mut stored, location.desc_pos)?;
@@ -193,6 +210,11 @@ impl VerityFile {
         }
         params.check_kernel_limits()?;
         geometry.check_kernel_limits()?;
+        // One source for all (an image object): what `open` fetches of a
+        // file before reading its descriptor, fetched now.
+        if let Some((start, len)) = open_prefetch(&location).filter(|_| Arc::ptr_eq(&data, &tree)) {
+            tree.prefetch(start, len);
+        }
         Ok(VerityFile {
             data,
             tree,
@@ -206,8 +228,7 @@ impl VerityFile {
             geometry,
             verifier: verifier.clone(),
             stats: Counters::default(),
-            last_end: AtomicU64::new(u64::MAX),
-            readahead_until: AtomicU64::new(0),
+            access: Access::default(),
         })
     }
 
@@ -349,6 +370,20 @@ impl VerityFile {
         let stored = &descriptor[..location.desc_size as usize];
         let sources = (Arc::new(data) as Arc<dyn Source>, Arc::new(tree) as _);
         Self::open_sources(verifier, sources, location, stored, name)
+    }
+}
+
+/// The range (start, length) of the backing file worth fetching with the
+/// descriptor when the file is opened: all of a small file, the tree of a
+/// mid-sized one.
+fn open_prefetch(location: &Location) -> Option<(u64, u64)> {
+    let end = location.desc_pos + u64::from(location.desc_size);
+    match end {
+        _ if end <= WHOLE_FILE_PREFETCH_BYTES => Some((0, end)),
+        _ if location.tree_size <= TREE_PREFETCH_BYTES => {
+            Some((location.tree_pos, end - location.tree_pos))
+        }
+        _ => None,
     }
 }
 
