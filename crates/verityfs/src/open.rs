@@ -162,14 +162,20 @@ impl VerityFile {
         }
         // Before the descriptor is read, so that the descriptor comes in
         // the same request as what is fetched with it.
-        if let Some((start, len)) = open_prefetch(&location) {
+        let prefetch = open_prefetch(&location);
+        if let Some((start, len)) = prefetch {
             Source::prefetch(&file, start, len);
         }
         let mut stored = vec![0u8; location.desc_size as usize];
         Source::read_exact_at(&file, &mut stored, location.desc_pos)?;
-        let tree = open_tree_reader(&file)?;
-        let sources = (Arc::new(file) as Arc<dyn Source>, Arc::new(tree) as _);
-        Self::open_sources(verifier, sources, location, &stored, name)
+        let file = Arc::new(file);
+        // A file fetched whole has no readahead left to protect or to do:
+        // its tree is read through the same descriptor.
+        let tree: Arc<dyn Source> = match prefetch {
+            Some((0, _)) => file.clone(),
+            _ => Arc::new(open_tree_reader(&file)?),
+        };
+        Self::from_sources(verifier, (file, tree), location, &stored, name)
     }
 
     /// Opens the verity file whose data is at offset 0 of `data`, whose
@@ -182,8 +188,27 @@ impl VerityFile {
     /// `location` (`data_size`, the tree size its parameters imply, and the
     /// stored size): [`Error::InvalidDescriptor`] otherwise. Nothing is read
     /// here: a source that ends before `location` says fails the reads that
-    /// need the missing bytes ([`Error::MetadataTruncated`], `EIO`).
+    /// need the missing bytes ([`Error::MetadataTruncated`], `EIO`). When
+    /// `data` and `tree` are one source, a small file is asked for whole,
+    /// and a mid-sized file's tree ([`Source::prefetch`]), as
+    /// [`VerityFile::open`] does.
     pub fn open_sources(
+        verifier: &Arc<Verifier>,
+        sources: (Arc<dyn Source>, Arc<dyn Source>),
+        location: Location,
+        descriptor: &[u8],
+        name: &Path,
+    ) -> Result<VerityFile> {
+        let one_source = Arc::ptr_eq(&sources.0, &sources.1);
+        let file = Self::from_sources(verifier, sources, location, descriptor, name)?;
+        if let Some((start, len)) = open_prefetch(&location).filter(|_| one_source) {
+            file.tree.prefetch(start, len);
+        }
+        Ok(file)
+    }
+
+    /// [`VerityFile::open_sources`] without the prefetch.
+    fn from_sources(
         verifier: &Arc<Verifier>,
         (data, tree): (Arc<dyn Source>, Arc<dyn Source>),
         location: Location,
@@ -210,11 +235,6 @@ impl VerityFile {
         }
         params.check_kernel_limits()?;
         geometry.check_kernel_limits()?;
-        // One source for all (an image object): what `open` fetches of a
-        // file before reading its descriptor, fetched now.
-        if let Some((start, len)) = open_prefetch(&location).filter(|_| Arc::ptr_eq(&data, &tree)) {
-            tree.prefetch(start, len);
-        }
         Ok(VerityFile {
             data,
             tree,
@@ -369,7 +389,7 @@ impl VerityFile {
         let _ = fadvise(&tree, 0, None, Advice::Random);
         let stored = &descriptor[..location.desc_size as usize];
         let sources = (Arc::new(data) as Arc<dyn Source>, Arc::new(tree) as _);
-        Self::open_sources(verifier, sources, location, stored, name)
+        Self::from_sources(verifier, sources, location, stored, name)
     }
 }
 

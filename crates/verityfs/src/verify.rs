@@ -282,7 +282,10 @@ impl VerityFile {
                 s
             };
             let end = (start + window).min(blocks);
-            if stream.readahead_until.fetch_max(end, Ordering::Relaxed) < end {
+            // A window whose end is cached was fetched already (by another
+            // stream, or in bulk): asking again would only cost a call.
+            let fetched = self.verifier.cache.contains(self.cache_key(0, end - 1));
+            if stream.readahead_until.fetch_max(end, Ordering::Relaxed) < end && !fetched {
                 self.hint_tree_range(0, start, end - 1);
             }
         }
