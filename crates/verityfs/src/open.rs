@@ -37,8 +37,10 @@ const TREE_PREFETCH_BYTES: u64 = 512 << 10;
 pub struct ReadOptions {
     /// Fetch Merkle tree blocks ahead of need: every level a read needs in
     /// one request per level, issued before the data is read, plus
-    /// asynchronous readahead of level-0 blocks on sequential streams. Off
-    /// reproduces the old behaviour: one synchronous read per tree block.
+    /// asynchronous readahead of level-0 blocks on sequential streams
+    /// (several per file), and level 0 in large windows on random reads.
+    /// Off reproduces the old behaviour: one synchronous read per tree
+    /// block.
     pub merkle_readahead: bool,
     /// Bytes of tree blocks the cache may hold.
     pub cache_bytes: usize,

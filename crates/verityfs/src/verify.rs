@@ -467,16 +467,15 @@ impl VerityFile {
             ),
         };
         let (before, count) = ((index - from) as usize, (until - from + 1) as usize);
-        let index = from;
         let bs = self.geometry.block_size();
         let mut blocks: Vec<Box<[u8]>> = (0..count).map(|_| vec![0; bs].into()).collect();
         let mut bufs: Vec<IoSliceMut<'_>> = blocks.iter_mut().map(|b| IoSliceMut::new(b)).collect();
         self.tree
-            .read_exact_vectored_at(&mut bufs, self.tree_pos(level, index))
+            .read_exact_vectored_at(&mut bufs, self.tree_pos(level, from))
             .map_err(metadata_error)?;
         self.count(|c| &c.tree_read_requests, 1);
         self.count(|c| &c.tree_blocks_read, count as u64);
-        let (_, start) = self.cache_key(level, index);
+        let (_, start) = self.cache_key(level, from);
         let mut cached = blocks.into_iter().zip(start..).map(|(bytes, block)| {
             cache.insert((self.cache_id, block), Arc::new(TreeBlock::new(bytes)))
         });
