@@ -58,6 +58,7 @@
 // denies `clippy::undocumented_unsafe_blocks`).
 #![deny(unsafe_code)]
 
+mod access;
 mod build;
 mod cache;
 pub mod check;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use rustix::fs::{fadvise, Advice};
 
+use crate::access::Access;
 use crate::cache::{TreeCache, DEFAULT_CACHE_BYTES};
 use crate::descriptor::Descriptor;
 use crate::error::{Error, Result};
@@ -19,13 +20,27 @@ use crate::source::Source;
 use crate::state::FileState;
 use crate::stats::Counters;
 
+/// Backing files up to this size (data up to about 900 KiB, tree and
+/// descriptor) are fetched whole when opened: a small file is usually read
+/// whole, and its data, tree and descriptor then cost one or two device
+/// requests (two where the filesystem keeps the gap before the tree on the
+/// disk too) instead of three.
+const WHOLE_FILE_PREFETCH_BYTES: u64 = 1 << 20;
+
+/// Trees up to this size (of up to 64 MiB of data with 4 KiB blocks and
+/// SHA-256) are fetched with the descriptor when the file is opened: one
+/// request instead of one for the descriptor and one or more for the tree.
+const TREE_PREFETCH_BYTES: u64 = 512 << 10;
+
 /// Settings of the verified read path.
 #[derive(Clone, Copy, Debug)]
 pub struct ReadOptions {
     /// Fetch Merkle tree blocks ahead of need: every level a read needs in
     /// one request per level, issued before the data is read, plus
-    /// asynchronous readahead of level-0 blocks on sequential streams. Off
-    /// reproduces the old behaviour: one synchronous read per tree block.
+    /// asynchronous readahead of level-0 blocks on sequential streams
+    /// (several per file), and level 0 in large windows on random reads.
+    /// Off reproduces the old behaviour: one synchronous read per tree
+    /// block.
     pub merkle_readahead: bool,
     /// Bytes of tree blocks the cache may hold.
     pub cache_bytes: usize,
@@ -86,10 +101,8 @@ pub struct VerityFile {
     pub(crate) hasher: SaltedHasher,
     pub(crate) verifier: Arc<Verifier>,
     pub(crate) stats: Counters,
-    /// Where the previous read ended, to recognise sequential streams.
-    pub(crate) last_end: AtomicU64,
-    /// Level-0 tree blocks below this index have had readahead issued.
-    pub(crate) readahead_until: AtomicU64,
+    /// The streams reading the file, for tree readahead.
+    pub(crate) access: Access,
 }
 
 impl VerityFile {
@@ -145,14 +158,26 @@ impl VerityFile {
         let FileState::Verity(location) = FileState::read(&file)? else {
             return Err(Error::NotVerity);
         };
-        if file.metadata()?.len() < location.end().ok_or(Error::MetadataTruncated)? {
+        let end = location.end().ok_or(Error::MetadataTruncated)?;
+        if file.metadata()?.len() < end {
             return Err(Error::MetadataTruncated);
+        }
+        // Before the descriptor is read, so that the descriptor comes in
+        // the same request as what is fetched with it.
+        let prefetch = open_prefetch(&location);
+        if let Some((start, len)) = prefetch {
+            Source::prefetch(&file, start, len);
         }
         let mut stored = vec![0u8; location.desc_size as usize];
         Source::read_exact_at(&file, &mut stored, location.desc_pos)?;
-        let tree = open_tree_reader(&file)?;
-        let sources = (Arc::new(file) as Arc<dyn Source>, Arc::new(tree) as _);
-        Self::open_sources(verifier, sources, location, &stored, name)
+        let file = Arc::new(file);
+        // A file fetched whole has no readahead left to protect or to do:
+        // its tree is read through the same descriptor.
+        let tree: Arc<dyn Source> = match prefetch {
+            Some((0, _)) => file.clone(),
+            _ => Arc::new(open_tree_reader(&file)?),
+        };
+        Self::from_sources(verifier, (file, tree), location, &stored, name)
     }
 
     /// Opens the verity file whose data is at offset 0 of `data`, whose
@@ -165,8 +190,27 @@ impl VerityFile {
     /// `location` (`data_size`, the tree size its parameters imply, and the
     /// stored size): [`Error::InvalidDescriptor`] otherwise. Nothing is read
     /// here: a source that ends before `location` says fails the reads that
-    /// need the missing bytes ([`Error::MetadataTruncated`], `EIO`).
+    /// need the missing bytes ([`Error::MetadataTruncated`], `EIO`). When
+    /// `data` and `tree` are one source, a small file is asked for whole,
+    /// and a mid-sized file's tree ([`Source::prefetch`]), as
+    /// [`VerityFile::open`] does.
     pub fn open_sources(
+        verifier: &Arc<Verifier>,
+        sources: (Arc<dyn Source>, Arc<dyn Source>),
+        location: Location,
+        descriptor: &[u8],
+        name: &Path,
+    ) -> Result<VerityFile> {
+        let one_source = Arc::ptr_eq(&sources.0, &sources.1);
+        let file = Self::from_sources(verifier, sources, location, descriptor, name)?;
+        if let Some((start, len)) = open_prefetch(&location).filter(|_| one_source) {
+            file.tree.prefetch(start, len);
+        }
+        Ok(file)
+    }
+
+    /// [`VerityFile::open_sources`] without the prefetch.
+    fn from_sources(
         verifier: &Arc<Verifier>,
         (data, tree): (Arc<dyn Source>, Arc<dyn Source>),
         location: Location,
@@ -206,8 +250,7 @@ impl VerityFile {
             geometry,
             verifier: verifier.clone(),
             stats: Counters::default(),
-            last_end: AtomicU64::new(u64::MAX),
-            readahead_until: AtomicU64::new(0),
+            access: Access::default(),
         })
     }
 
@@ -348,7 +391,21 @@ impl VerityFile {
         let _ = fadvise(&tree, 0, None, Advice::Random);
         let stored = &descriptor[..location.desc_size as usize];
         let sources = (Arc::new(data) as Arc<dyn Source>, Arc::new(tree) as _);
-        Self::open_sources(verifier, sources, location, stored, name)
+        Self::from_sources(verifier, sources, location, stored, name)
+    }
+}
+
+/// The range (start, length) of the backing file worth fetching with the
+/// descriptor when the file is opened: all of a small file, the tree of a
+/// mid-sized one.
+fn open_prefetch(location: &Location) -> Option<(u64, u64)> {
+    let end = location.desc_pos + u64::from(location.desc_size);
+    match end {
+        _ if end <= WHOLE_FILE_PREFETCH_BYTES => Some((0, end)),
+        _ if location.tree_size <= TREE_PREFETCH_BYTES => {
+            Some((location.tree_pos, end - location.tree_pos))
+        }
+        _ => None,
     }
 }
 

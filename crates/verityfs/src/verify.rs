@@ -24,13 +24,17 @@
 //! overlap; a missing tree block is then read together with the
 //! rest of the run the read needs, in one request per level, straight into
 //! the buffers the cache keeps; and on a sequential stream the level-0
-//! blocks beyond the read are requested ahead of time.
+//! blocks beyond the read are requested ahead of time. Reads that belong to
+//! no stream ([`crate::access`]) fetch level 0 a large window at a time once
+//! the file is seen to be read randomly: a few large tree reads replace one
+//! small read per random read.
 
 use std::cell::Cell;
 use std::io::{self, IoSliceMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::access::{Pattern, Stream};
 use crate::cache::{BlockKey, TreeBlock};
 use crate::error::{Corruption, Error, Result};
 use crate::geometry::MAX_KERNEL_LEVELS;
@@ -43,9 +47,18 @@ use crate::stats::Counters;
 /// 250 MB stream costs one level-0 tree request.
 const SEQUENTIAL_WINDOW_BYTES: u64 = 2 << 20;
 
-/// How far from where the previous read ended a read may start and still
-/// count as part of a sequential stream.
-const SEQUENTIAL_SLACK: u64 = 8 << 20;
+/// Level-0 tree bytes fetched at once around a block that a random read
+/// misses: 2 MiB covers 256 MiB of data with 4 KiB blocks and SHA-256, in
+/// one device request where one request per random read would otherwise
+/// go to the tree. Only for files whose level 0 takes at most half the
+/// cache (2 GiB of data with the default cache): the blocks fetched in bulk
+/// must stay cached to pay off.
+const RANDOM_WINDOW_BYTES: u64 = 2 << 20;
+
+/// Random reads of a file before its misses fetch level 0 a window at a
+/// time: a lone read far from the others (a stream's first) fetches only
+/// what it needs.
+const RANDOM_READS_BEFORE_BULK: u64 = 4;
 
 /// The most of the levels above level 0 read at once.
 const UPPER_LEVELS_BYTES: u64 = 1 << 20;
@@ -75,8 +88,13 @@ struct LevelPlan {
     /// The first and last blocks (indexes within the level) the read needs.
     first: u64,
     last: u64,
-    /// The last block worth fetching together with a missing block.
+    /// The last block worth fetching together with a missing block (the
+    /// run of uncached blocks that follows it).
     fetch_until: u64,
+    /// The first block of a window fetched in bulk (from its first to its
+    /// last uncached block, across cached ones): on a random pattern, and
+    /// on the levels above level 0.
+    window_from: Option<u64>,
     /// The cached copies of `first` and `last`, once looked up.
     held: [Option<Arc<TreeBlock>>; 2],
 }
@@ -151,11 +169,7 @@ impl VerityFile {
     /// Decides what to fetch for a read of data blocks `first..=last` and
     /// issues the asynchronous readahead.
     fn plan_tree_reads(&self, first: u64, last: u64, offset: u64, len: usize) -> ReadPlan {
-        let previous_end = self.last_end.swap(offset + len as u64, Ordering::Relaxed);
-        // Requests of one stream may arrive slightly out of order (the
-        // kernel keeps several readahead requests in flight, served by
-        // several threads): near the previous end still counts.
-        let sequential = offset == 0 || offset.abs_diff(previous_end) <= SEQUENTIAL_SLACK;
+        let pattern = self.access.observe(offset, offset + len as u64);
         let levels = self.geometry.levels();
         let la = self.geometry.log_arity();
         let mut plan = ReadPlan::default();
@@ -166,18 +180,24 @@ impl VerityFile {
         if !self.verifier.options.merkle_readahead {
             return plan;
         }
-        // The levels above 0 are small: read each whole, up to a cap.
+        // The levels above 0 are small: read each whole (the missing part
+        // of the aligned window of `cap` blocks), up to a cap.
         let cap = (UPPER_LEVELS_BYTES >> self.log_block_size()).max(1);
         let mut upper_missing = false;
         for (level, info) in levels.iter().enumerate() {
             let lp = &mut plan[level];
             let (s, e) = (lp.first, lp.last);
-            lp.fetch_until = match level {
-                0 if sequential => self.readahead_level0(s, e),
-                0 => self.hint_needed(lp),
+            lp.fetch_until = match (level, &pattern) {
+                (0, Pattern::Sequential(stream)) => self.readahead_level0(stream, s, e),
+                (0, &Pattern::Random(n)) if n >= RANDOM_READS_BEFORE_BULK && self.bulk_fits() => {
+                    self.fetch_level0_window(lp)
+                }
+                (0, Pattern::Random(_)) => self.hint_needed(lp),
                 _ => {
                     upper_missing |= !self.all_cached(level, lp);
-                    e.max((s + cap).min(info.num_blocks) - 1)
+                    let from = s / cap * cap;
+                    lp.window_from = Some(from);
+                    e.max((from + cap).min(info.num_blocks) - 1)
                 }
             };
         }
@@ -190,11 +210,34 @@ impl VerityFile {
     /// Asks, at submission time, for the level-0 blocks the read needs if
     /// they are not cached, so that tree and data I/O overlap.
     fn hint_needed(&self, lp: &mut LevelPlan) -> u64 {
-        let requested = lp.last < self.readahead_until.load(Ordering::Relaxed);
-        if !requested && !self.all_cached(0, lp) {
+        if !self.all_cached(0, lp) {
             self.hint_tree_range(0, lp.first, lp.last);
         }
         lp.last
+    }
+
+    /// On a random pattern, plans to fetch the aligned window of level 0
+    /// around the blocks the read needs, in one request, and asks for it at
+    /// submission time if the read misses. Returns the window's last block.
+    fn fetch_level0_window(&self, lp: &mut LevelPlan) -> u64 {
+        let blocks = self.geometry.levels()[0].num_blocks;
+        let window = (RANDOM_WINDOW_BYTES >> self.log_block_size()).max(1);
+        let (from, until) = (
+            lp.first / window * window,
+            ((lp.last / window + 1) * window).min(blocks) - 1,
+        );
+        lp.window_from = Some(from);
+        if !self.all_cached(0, lp) {
+            self.hint_tree_range(0, from, until);
+        }
+        until
+    }
+
+    /// Whether level 0 is small enough for the cache to keep what random
+    /// reads fetch in bulk.
+    fn bulk_fits(&self) -> bool {
+        let level0 = self.geometry.levels()[0].num_blocks << self.log_block_size();
+        level0 <= self.verifier.options.cache_bytes as u64 / 2
     }
 
     /// Whether the first and last blocks `lp` needs of `level` are cached;
@@ -227,10 +270,10 @@ impl VerityFile {
     /// data request; the next window is requested when the stream reaches
     /// the second half of the current one. Returns the last block worth
     /// reading together with a missing block (the end of the window).
-    fn readahead_level0(&self, s: u64, e: u64) -> u64 {
+    fn readahead_level0(&self, stream: &Stream, s: u64, e: u64) -> u64 {
         let blocks = self.geometry.levels()[0].num_blocks;
         let window = (SEQUENTIAL_WINDOW_BYTES >> self.log_block_size()).max(1);
-        let until = self.readahead_until.load(Ordering::Relaxed);
+        let until = stream.readahead_until.load(Ordering::Relaxed);
         if until < blocks && e + window / 2 >= until {
             // Continue the window, or start afresh if the stream jumped.
             let start = if (s..=e + 1).contains(&until) {
@@ -239,11 +282,14 @@ impl VerityFile {
                 s
             };
             let end = (start + window).min(blocks);
-            if self.readahead_until.fetch_max(end, Ordering::Relaxed) < end {
+            // A window whose end is cached was fetched already (by another
+            // stream, or in bulk): asking again would only cost a call.
+            let fetched = self.verifier.cache.contains(self.cache_key(0, end - 1));
+            if stream.readahead_until.fetch_max(end, Ordering::Relaxed) < end && !fetched {
                 self.hint_tree_range(0, start, end - 1);
             }
         }
-        let until = self.readahead_until.load(Ordering::Relaxed);
+        let until = stream.readahead_until.load(Ordering::Relaxed);
         until.saturating_sub(1).clamp(e, blocks - 1)
     }
 
@@ -391,7 +437,7 @@ impl VerityFile {
             }
             None => {
                 self.count(|c| &c.cache_misses, 1);
-                self.read_run(level, index, lp.fetch_until)?
+                self.read_run(level, index, lp)?
             }
         };
         if let Some(held) = lp.held(index) {
@@ -400,29 +446,40 @@ impl VerityFile {
         Ok(block)
     }
 
-    /// Reads block `index` of `level` and the uncached blocks after it up
-    /// to `until` in one request, straight into new cache blocks, caches
-    /// them and returns the cached block `index`.
-    fn read_run(&self, level: usize, index: u64, until: u64) -> Result<Arc<TreeBlock>> {
-        let until = until.clamp(index, self.geometry.levels()[level].num_blocks - 1);
+    /// Reads block `index` of `level` and the blocks `lp` says are worth
+    /// fetching with it in one request, straight into new cache blocks,
+    /// caches them (a copy already cached wins) and returns the cached
+    /// block `index`.
+    fn read_run(&self, level: usize, index: u64, lp: &LevelPlan) -> Result<Arc<TreeBlock>> {
+        let until = lp
+            .fetch_until
+            .clamp(index, self.geometry.levels()[level].num_blocks - 1);
         let cache = &self.verifier.cache;
-        let count = (index + 1..=until)
-            .take_while(|&i| !cache.contains(self.cache_key(level, i)))
-            .count()
-            + 1;
+        let uncached = |i: &u64| !cache.contains(self.cache_key(level, *i));
+        let (from, until) = match lp.window_from {
+            Some(from) => (
+                (from.min(index)..index).find(uncached).unwrap_or(index),
+                (index + 1..=until).rev().find(uncached).unwrap_or(index),
+            ),
+            None => (
+                index,
+                index + (index + 1..=until).take_while(uncached).count() as u64,
+            ),
+        };
+        let (before, count) = ((index - from) as usize, (until - from + 1) as usize);
         let bs = self.geometry.block_size();
         let mut blocks: Vec<Box<[u8]>> = (0..count).map(|_| vec![0; bs].into()).collect();
         let mut bufs: Vec<IoSliceMut<'_>> = blocks.iter_mut().map(|b| IoSliceMut::new(b)).collect();
         self.tree
-            .read_exact_vectored_at(&mut bufs, self.tree_pos(level, index))
+            .read_exact_vectored_at(&mut bufs, self.tree_pos(level, from))
             .map_err(metadata_error)?;
         self.count(|c| &c.tree_read_requests, 1);
         self.count(|c| &c.tree_blocks_read, count as u64);
-        let (_, start) = self.cache_key(level, index);
+        let (_, start) = self.cache_key(level, from);
         let mut cached = blocks.into_iter().zip(start..).map(|(bytes, block)| {
             cache.insert((self.cache_id, block), Arc::new(TreeBlock::new(bytes)))
         });
-        let wanted = cached.next().expect("count >= 1");
+        let wanted = cached.nth(before).expect("count > before");
         cached.for_each(drop);
         Ok(wanted)
     }
