@@ -110,6 +110,11 @@ const COMMANDS: &[Command] = &[
         Style::Getopt,
         "Sign a file for fs-verity built-in signature verification",
     ),
+    Command::new::<crate::cmd_publish::PublishArgs>(
+        "publish",
+        Style::Own,
+        "Publish a directory tree as an image of verity objects and print its digest",
+    ),
     Command::new::<crate::cmd_mount::MountArgs>(
         "mount",
         Style::Own,

@@ -1,0 +1,64 @@
+//! `verityfs publish SRC_DIR DEST_DIR`: publish a directory tree as an
+//! image (`docs/IMAGE.md`) and print the one digest readers must trust.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::Path;
+
+use verityfs::image::publish;
+
+use crate::commands::Command;
+use crate::error::{Error, Result};
+use crate::opts::{exactly, Args, Hint, Operand, Opt};
+use crate::output::{print_stdout, quote};
+use crate::tree_params::{block_size, hash_alg, salt, HasTree, TreeArgs};
+
+/// Everything the options of `publish` ask for.
+#[derive(Default)]
+pub struct PublishArgs {
+    tree: TreeArgs,
+}
+
+impl HasTree for PublishArgs {
+    fn tree(&mut self) -> &mut TreeArgs {
+        &mut self.tree
+    }
+}
+
+impl Args for PublishArgs {
+    const OPTIONS: &'static [Opt<Self>] = &[hash_alg(), block_size(), salt()];
+    const OPERANDS: &'static [Operand] = &[
+        Operand::one("SRC_DIR", "The directory tree to publish", Hint::Dir),
+        Operand::one(
+            "DEST_DIR",
+            "Where to write the image: its manifest and objects (created if missing; \
+             may hold other images, which share identical objects)",
+            Hint::Dir,
+        ),
+    ];
+
+    fn run(self, _: &Command, operands: Vec<OsString>) -> Result<()> {
+        let [src, dest] = exactly(operands)?;
+        let params = self.tree.params().map_err(|e| Error::msg(e.to_string()))?;
+        let published = publish(Path::new(&src), Path::new(&dest), &params).map_err(|e| {
+            let why = format!("': {e}");
+            Error::msg(quote("can't publish '", &src, &why))
+        })?;
+        for path in &published.skipped {
+            warn_skipped(path);
+        }
+        let digest = format!("{}:{}\n", published.algorithm, published.digest);
+        print_stdout(digest.as_bytes());
+        Ok(())
+    }
+}
+
+/// Says on stderr that `path` was left out of the image.
+fn warn_skipped(path: &Path) {
+    let line = quote(
+        "WARNING: skipped '",
+        path.as_os_str(),
+        "': not a regular file, directory or symbolic link\n",
+    );
+    let _ = std::io::stderr().write_all(&line);
+}
