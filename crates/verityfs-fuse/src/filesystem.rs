@@ -659,8 +659,10 @@ impl Filesystem for ImageFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Listings never change either: the kernel may cache them.
+        let cached = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
         reply_with!(reply, self.dir(ino), |_| reply
-            .opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE));
+            .opened(FileHandle(0), cached));
     }
 
     fn readdir(
