@@ -74,12 +74,16 @@ impl Args for MountArgs {
              mounting user, with the modes, sizes and times of the image. Nothing is served \
              unless the image's manifest has this digest, and every byte read is verified.",
         ),
-        Opt::<Self>::flag("create", "Create BACKING if it does not exist", |a, _| {
-            a.create = true;
-            a.backing_only.get_or_insert("--create");
-            Ok(())
-        })
-        .doc("Without it, a missing BACKING is an error; a missing MOUNTPOINT is always created."),
+        Opt::<Self>::flag(
+            "create",
+            "Create the backing directory SOURCE if it does not exist",
+            |a, _| {
+                a.create = true;
+                a.backing_only.get_or_insert("--create");
+                Ok(())
+            },
+        )
+        .doc("Without it, a missing SOURCE is an error; a missing MOUNTPOINT is always created."),
         Opt::<Self>::flag(
             "read-only",
             "Refuse every change to the backing directory (same as -o ro)",
@@ -150,8 +154,7 @@ impl Args for MountArgs {
     const OPERANDS: &'static [Operand] = &[
         Operand::one(
             "SOURCE",
-            "The backing directory holding the files (and their Merkle trees); with --digest, \
-             the image: a directory written by verityfs publish",
+            "The backing directory; with --digest, the image",
             Hint::Dir,
         ),
         Operand::one(

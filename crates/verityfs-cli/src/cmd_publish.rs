@@ -31,8 +31,7 @@ impl Args for PublishArgs {
         Operand::one("SRC_DIR", "The directory tree to publish", Hint::Dir),
         Operand::one(
             "DEST_DIR",
-            "Where to write the image: its manifest and objects (created if missing; \
-             may hold other images, which share identical objects)",
+            "Where to write the image (created if missing)",
             Hint::Dir,
         ),
     ];

@@ -118,7 +118,7 @@ const COMMANDS: &[Command] = &[
     Command::new::<crate::cmd_mount::MountArgs>(
         "mount",
         Style::Own,
-        "Serve a directory with fs-verity semantics through FUSE (foreground)",
+        "Serve a directory with fs-verity semantics, or an image, by FUSE (foreground)",
     ),
     Command::new::<crate::cmd_verify::VerifyArgs>(
         "verify",
