@@ -8,7 +8,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use verityfs::signature::Certificate;
-use verityfs::ExpectedDigest;
+use verityfs::{Error as LibError, ExpectedDigest};
 use verityfs_fuse::{ImageFs, MountOptions};
 
 use crate::commands::Command;
@@ -209,17 +209,24 @@ impl MountArgs {
             )));
         }
         let name = location.name();
-        let fs = ImageFs::open(location.store()?, digest, self.options.read).map_err(|e| {
-            let why = format!("': {e}");
-            Error::msg(quote("image '", &name, &why))
-                .context("the image does not match --digest, or cannot be read")
-        })?;
+        let fs = ImageFs::open(location.store()?, digest, self.options.read)
+            .map_err(|e| image_error(e, &name))?;
         let made_mountpoint = prepare_mountpoint(&mountpoint)?;
         crate::notify::ready_when_mounted(&mountpoint);
         tracing::info!("image verified: {} entries", fs.entries());
         let name = name.to_string_lossy();
         verityfs_fuse::run_image(fs, &name, &mountpoint, self.options)
             .map_err(|e| mount_error(&e, &mountpoint, made_mountpoint))
+    }
+}
+
+/// What a refused image named `name` says: why it cannot be read, or
+/// that it is not the image the digest names.
+fn image_error(e: LibError, name: &OsStr) -> Error {
+    match e {
+        LibError::Io(e) => Error::io(quote("can't read the manifest of image '", name, "'"), &e),
+        e => Error::msg(quote("image '", name, &format!("': {e}")))
+            .context("the image does not match --digest"),
     }
 }
 

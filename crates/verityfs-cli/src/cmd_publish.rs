@@ -1,11 +1,12 @@
 //! `verityfs publish SRC_DIR DEST_DIR`: publish a directory tree as an
 //! image (`docs/IMAGE.md`) and print the one digest readers must trust.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::path::Path;
 
 use verityfs::image::publish;
+use verityfs::Error as LibError;
 
 use crate::commands::Command;
 use crate::error::{Error, Result};
@@ -39,16 +40,27 @@ impl Args for PublishArgs {
     fn run(self, _: &Command, operands: Vec<OsString>) -> Result<()> {
         let [src, dest] = exactly(operands)?;
         let params = self.tree.params().map_err(|e| Error::msg(e.to_string()))?;
-        let published = publish(Path::new(&src), Path::new(&dest), &params).map_err(|e| {
-            let why = format!("': {e}");
-            Error::msg(quote("can't publish '", &src, &why))
-        })?;
+        let published = publish(Path::new(&src), Path::new(&dest), &params)
+            .map_err(|e| publish_error(e, &src))?;
         for path in &published.skipped {
             warn_skipped(path);
         }
         let digest = format!("{}:{}\n", published.algorithm, published.digest);
         print_stdout(digest.as_bytes());
         Ok(())
+    }
+}
+
+/// What a failed publish of `src` says: the file and `strerror` for a
+/// system call's failure, else the library's message.
+fn publish_error(e: LibError, src: &OsStr) -> Error {
+    let failed = || quote("can't publish '", src, "'");
+    match e {
+        LibError::IoAt { path, source } => {
+            Error::io(quote("'", path.as_os_str(), "'"), &source).context(failed())
+        }
+        LibError::Io(source) => Error::io(failed(), &source),
+        other => Error::msg(other.to_string()).context(failed()),
     }
 }
 

@@ -328,6 +328,39 @@ fn a_damaged_object_fails_its_block_only() {
     assert!(mount.log().contains("FILE CORRUPTED!"), "{}", mount.log());
 }
 
+#[test]
+fn publish_warns_about_what_it_skips() {
+    prerequisites();
+    let dir = tempfile::tempdir().unwrap();
+    let (src, image) = (dir.path().join("src"), dir.path().join("image"));
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("file"), b"x").unwrap();
+    run_ok(Command::new("mkfifo").arg(src.join("fifo")));
+    let out = run(Command::new(VERITYFS).arg("publish").arg(&src).arg(&image));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.starts_with("sha256:") && stdout.lines().count() == 1,
+        "{stdout}"
+    );
+    let warning = format!("WARNING: skipped '{}'", src.join("fifo").display());
+    assert!(stderr.contains(&warning), "{stderr}");
+
+    let missing = dir.path().join("missing");
+    let out = run(Command::new(VERITYFS)
+        .arg("publish")
+        .arg(&missing)
+        .arg(&image));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("No such file or directory"), "{stderr}");
+    let out = run(Command::new(VERITYFS).arg("publish").arg(&src));
+    assert_eq!(out.status.code(), Some(2), "one operand is a usage error");
+}
+
 /// Runs `verityfs mount SOURCE MNT ARGS`, which must exit (bounded).
 fn mount_image(source: &Path, mnt: &Path, args: &[&str]) -> std::process::Output {
     run(Command::new(VERITYFS)
