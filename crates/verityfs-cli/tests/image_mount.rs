@@ -170,6 +170,9 @@ fn the_mount_serves_the_published_tree_with_its_digests() {
         );
         assert_eq!(measure(&served), digest(&original, &[]), "{name:?}");
     }
+    // Every data block of the 3 MB file went through the verifier.
+    let verified = counter(&mount.mnt, "data_blocks_verified");
+    assert!(verified >= BIG_SIZE.div_ceil(4096) as u64, "{verified}");
     // Owners are the mounting user's: root here.
     for listed in listing(&mount.mnt) {
         let m = fs::symlink_metadata(mount.mnt.join(&listed.path)).unwrap();
@@ -326,6 +329,7 @@ fn a_damaged_object_fails_its_block_only() {
     let deep = fs::read(mount.path("a/b/c/deep")).unwrap();
     assert_eq!(deep, b"deep\n", "other files are fine");
     assert!(mount.log().contains("FILE CORRUPTED!"), "{}", mount.log());
+    assert!(counter(&mount.mnt, "verification_failures") >= 1);
 }
 
 #[test]
@@ -368,6 +372,18 @@ fn mount_image(source: &Path, mnt: &Path, args: &[&str]) -> std::process::Output
         .arg(source)
         .arg(mnt)
         .args(args))
+}
+
+/// A counter of `verityfs stats MNT`.
+fn counter(mnt: &Path, name: &str) -> u64 {
+    let stats = run_ok(Command::new(VERITYFS).arg("stats").arg(mnt));
+    let key = format!("\"{name}\": ");
+    let at = stats.find(&key).unwrap_or_else(|| panic!("{stats}")) + key.len();
+    let digits: String = stats[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().unwrap()
 }
 
 /// The options of the mount on `mnt`, as /proc/mounts lists them.

@@ -796,6 +796,15 @@ impl Filesystem for ImageFs {
         reply.error(read_only());
     }
 
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let result = self.get_xattr(ino, name);
+        reply_with!(reply, result, |value| xattr_reply(reply, size, &value));
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        xattr_reply(reply, size, &[]);
+    }
+
     fn setxattr(
         &self,
         _req: &Request,

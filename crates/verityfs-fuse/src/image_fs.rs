@@ -29,6 +29,7 @@ use crate::file_ops::read_verified;
 use crate::fs::lib_errno;
 use crate::ioctl::{fsxattr_from_flags, measure_reply};
 use crate::mount::MountState;
+use crate::xattr_ops::{stats_json, STATS_XATTR};
 
 /// How long the kernel may cache attributes and entries: an image never
 /// changes while mounted.
@@ -281,6 +282,15 @@ impl ImageFs {
                 Err(Errno::from_i32(libc::EROFS))
             }
             _ => Err(Errno::ENOTTY),
+        }
+    }
+
+    /// `getxattr`: the read path's counters on the root ([`STATS_XATTR`]);
+    /// images have no other extended attributes.
+    pub(crate) fn get_xattr(&self, ino: INodeNo, name: &OsStr) -> Result<Vec<u8>, Errno> {
+        match self.index(ino)? == 0 && name == STATS_XATTR {
+            true => Ok(stats_json(&self.verifier).into_bytes()),
+            false => Err(Errno::from_i32(libc::ENODATA)),
         }
     }
 
