@@ -170,6 +170,12 @@ fn the_mount_serves_the_published_tree_with_its_digests() {
         );
         assert_eq!(measure(&served), digest(&original, &[]), "{name:?}");
     }
+    // Directories link to themselves, from their parent and from each
+    // subdirectory.
+    for (dir, links) in [("", 4), ("a", 3), ("a/b/c", 2), ("empty dir", 2)] {
+        let m = fs::metadata(mount.mnt.join(dir)).unwrap();
+        assert_eq!(m.nlink(), links, "{dir:?}");
+    }
     // Every data block of the 3 MB file went through the verifier.
     let verified = counter(&mount.mnt, "data_blocks_verified");
     assert!(verified >= BIG_SIZE.div_ceil(4096) as u64, "{verified}");

@@ -46,6 +46,9 @@ type DirEntry<'a> = (u64, FileType, &'a [u8]);
 /// The filesystem of one image, verified against its digest.
 pub struct ImageFs {
     manifest: Manifest,
+    /// Each entry's number of subdirectories (for directories' link
+    /// counts, which a large directory would make slow to count each time).
+    subdirs: Vec<u32>,
     store: Arc<dyn Store>,
     verifier: Arc<Verifier>,
     /// The open regular files by manifest index, with their number of
@@ -70,6 +73,7 @@ impl ImageFs {
         let verifier = Verifier::new(read);
         let manifest = open_manifest(&verifier, store.open(MANIFEST_NAME)?, expected)?;
         Ok(ImageFs {
+            subdirs: count_subdirs(&manifest),
             manifest,
             store,
             verifier,
@@ -104,7 +108,8 @@ impl ImageFs {
         let index = self.index(ino)?;
         let entry = &self.manifest.entries()[index as usize];
         let (size, nlink) = match &entry.kind {
-            EntryKind::Directory => (DIR_SIZE, self.dir_links(index)),
+            // Its entry, its `.`, and each subdirectory's `..`.
+            EntryKind::Directory => (DIR_SIZE, 2 + self.subdirs[index as usize]),
             EntryKind::Regular(object) => (object.location.data_size, 1),
             EntryKind::Symlink(target) => (target.len() as u64, 1),
         };
@@ -126,16 +131,6 @@ impl ImageFs {
             blksize: BLKSIZE,
             flags: 0,
         })
-    }
-
-    /// A directory's link count: its entry, its `.`, and each
-    /// subdirectory's `..`.
-    fn dir_links(&self, index: u32) -> u32 {
-        let children = self.manifest.children(index);
-        let subdirs = children
-            .filter(|&c| *self.kind(c) == EntryKind::Directory)
-            .count();
-        2 + subdirs as u32
     }
 
     /// The child `name` of directory `parent`, with its attributes.
@@ -309,6 +304,18 @@ impl ImageFs {
     fn open_files(&self) -> std::sync::MutexGuard<'_, HashMap<u32, (Arc<VerityFile>, usize)>> {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// The number of subdirectories of each entry of `manifest`.
+fn count_subdirs(manifest: &Manifest) -> Vec<u32> {
+    let entries = manifest.entries();
+    let mut counts = vec![0u32; entries.len()];
+    for entry in &entries[1..] {
+        if entry.kind == EntryKind::Directory {
+            counts[entry.parent as usize] += 1;
+        }
+    }
+    counts
 }
 
 fn file_type(kind: &EntryKind) -> FileType {
