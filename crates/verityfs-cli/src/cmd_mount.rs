@@ -1,15 +1,19 @@
 //! `verityfs mount BACKING MOUNTPOINT`: serve a backing directory with
-//! fs-verity semantics, in the foreground, until unmounted or interrupted.
+//! fs-verity semantics, in the foreground, until unmounted or interrupted;
+//! `verityfs mount --digest=DIGEST IMAGE MOUNTPOINT`: serve an image
+//! (written by `verityfs publish`) read-only, verified against DIGEST.
 
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::path::{Path, PathBuf};
 
 use verityfs::signature::Certificate;
-use verityfs_fuse::MountOptions;
+use verityfs::{Error as LibError, ExpectedDigest};
+use verityfs_fuse::{ImageFs, MountOptions};
 
 use crate::commands::Command;
 use crate::error::{Error, Result};
+use crate::image_location::ImageLocation;
 use crate::opts::{exactly, Args, Hint, Operand, Opt};
 use crate::output::quote;
 
@@ -26,6 +30,10 @@ const IGNORED: &[&str] = &[
 pub struct MountArgs {
     options: MountOptions,
     create: bool,
+    /// The image's trusted digest: the source is an image.
+    digest: Option<ExpectedDigest>,
+    /// The first option given that only a backing directory takes.
+    backing_only: Option<&'static str>,
 }
 
 impl Args for MountArgs {
@@ -48,11 +56,34 @@ impl Args for MountArgs {
              strictatime, lazytime, rw, nofail, default_permissions... are accepted and ignored, \
              so that /etc/fstab lines written for other FUSE filesystems work.",
         ),
-        Opt::<Self>::flag("create", "Create BACKING if it does not exist", |a, _| {
-            a.create = true;
-            Ok(())
-        })
-        .doc("Without it, a missing BACKING is an error; a missing MOUNTPOINT is always created."),
+        Opt::<Self>::value(
+            "digest",
+            "DIGEST",
+            "Mount the image SOURCE (written by verityfs publish) if its digest is DIGEST \
+             (sha256:HEX, as publish prints it)",
+            |a, v| {
+                let digest = v.to_str().and_then(|t| t.parse().ok()).ok_or_else(|| {
+                    Error::usage_msg(quote("invalid digest: '", &v, "' (expected sha256:HEX)"))
+                })?;
+                a.digest = Some(digest);
+                Ok(())
+            },
+        )
+        .doc(
+            "The image is mounted read-only, nodev and nosuid; every file belongs to the \
+             mounting user, with the modes, sizes and times of the image. Nothing is served \
+             unless the image's manifest has this digest, and every byte read is verified.",
+        ),
+        Opt::<Self>::flag(
+            "create",
+            "Create the backing directory SOURCE if it does not exist",
+            |a, _| {
+                a.create = true;
+                a.backing_only.get_or_insert("--create");
+                Ok(())
+            },
+        )
+        .doc("Without it, a missing SOURCE is an error; a missing MOUNTPOINT is always created."),
         Opt::<Self>::flag(
             "read-only",
             "Refuse every change to the backing directory (same as -o ro)",
@@ -103,6 +134,7 @@ impl Args for MountArgs {
                 let certs = load_certificates(&v)?;
                 let signatures = std::mem::take(&mut a.options.signatures);
                 a.options.signatures = signatures.trusting(certs);
+                a.backing_only.get_or_insert("--trusted-cert");
                 Ok(())
             },
         )
@@ -114,25 +146,42 @@ impl Args for MountArgs {
             |a, _| {
                 let signatures = std::mem::take(&mut a.options.signatures);
                 a.options.signatures = signatures.requiring();
+                a.backing_only.get_or_insert("--require-signatures");
                 Ok(())
             },
         ),
     ];
     const OPERANDS: &'static [Operand] = &[
         Operand::one(
-            "BACKING",
-            "The directory holding the files (and their Merkle trees)",
+            "SOURCE",
+            "The backing directory; with --digest, the image",
             Hint::Dir,
         ),
         Operand::one(
             "MOUNTPOINT",
-            "Where to mount the verity view of BACKING",
+            "Where to mount the verity view of SOURCE",
             Hint::Dir,
         ),
     ];
 
-    fn run(self, _: &Command, operands: Vec<OsString>) -> Result<()> {
-        let [backing, mountpoint] = exactly(operands)?;
+    fn run(mut self, _: &Command, operands: Vec<OsString>) -> Result<()> {
+        let [source, mountpoint] = exactly(operands)?;
+        let location = ImageLocation::parse(&source);
+        match (self.digest.take(), &location) {
+            (Some(digest), _) => return self.mount_image(&location, &digest, mountpoint.into()),
+            (None, ImageLocation::Dir(_)) => {}
+            (None, _) => {
+                return Err(Error::usage_msg(
+                    "an image needs --digest: its trusted digest, as publish printed it",
+                ))
+            }
+        }
+        self.mount_backing(source, mountpoint)
+    }
+}
+
+impl MountArgs {
+    fn mount_backing(self, backing: OsString, mountpoint: OsString) -> Result<()> {
         if backing.is_empty() {
             // As `${BACKING}` expands in the systemd unit when the
             // configuration file does not set it.
@@ -143,21 +192,59 @@ impl Args for MountArgs {
         let (backing, mountpoint) = (PathBuf::from(backing), PathBuf::from(mountpoint));
         let made_mountpoint = prepare_directories(&backing, &mountpoint, self.create)?;
         crate::notify::ready_when_mounted(&mountpoint);
-        verityfs_fuse::run(&backing, &mountpoint, self.options).map_err(|e| {
-            // A refused mount leaves no trace (it may be inside BACKING).
-            if made_mountpoint {
-                let _ = std::fs::remove_dir(&mountpoint);
-            }
-            match crate::fuse_device::problem() {
-                // Opening /dev/fuse was what failed.
-                Some(device) => {
-                    let denied = io::Error::from_raw_os_error(libc::EACCES);
-                    let why = format!("': {}: {device}", crate::output::strerror(&denied));
-                    Error::msg(quote("mounting '", mountpoint.as_os_str(), &why))
-                }
-                None => Error::msg(e.to_string()),
-            }
-        })
+        verityfs_fuse::run(&backing, &mountpoint, self.options)
+            .map_err(|e| mount_error(&e, &mountpoint, made_mountpoint))
+    }
+
+    /// Checks the image at `location` against `digest`, then serves it.
+    fn mount_image(
+        self,
+        location: &ImageLocation,
+        digest: &ExpectedDigest,
+        mountpoint: PathBuf,
+    ) -> Result<()> {
+        if let Some(option) = self.backing_only {
+            return Err(Error::usage_msg(format!(
+                "{option} applies to backing directories, not to images"
+            )));
+        }
+        let name = location.name();
+        let fs = ImageFs::open(location.store()?, digest, self.options.read)
+            .map_err(|e| image_error(e, &name))?;
+        let made_mountpoint = prepare_mountpoint(&mountpoint)?;
+        crate::notify::ready_when_mounted(&mountpoint);
+        tracing::info!("image verified: {} entries", fs.entries());
+        let name = name.to_string_lossy();
+        verityfs_fuse::run_image(fs, &name, &mountpoint, self.options)
+            .map_err(|e| mount_error(&e, &mountpoint, made_mountpoint))
+    }
+}
+
+/// What a refused image named `name` says: why it cannot be read, or
+/// that it is not the image the digest names.
+fn image_error(e: LibError, name: &OsStr) -> Error {
+    match e {
+        LibError::Io(e) => Error::io(quote("can't read the manifest of image '", name, "'"), &e),
+        e => Error::msg(quote("image '", name, &format!("': {e}")))
+            .context("the image does not match --digest"),
+    }
+}
+
+/// What a failed mount on `mountpoint` says; it removes the mount point if
+/// it was made for the mount (a refused mount leaves no trace: it may be
+/// inside BACKING).
+fn mount_error(e: &io::Error, mountpoint: &Path, made_mountpoint: bool) -> Error {
+    if made_mountpoint {
+        let _ = std::fs::remove_dir(mountpoint);
+    }
+    match crate::fuse_device::problem() {
+        // Opening /dev/fuse was what failed.
+        Some(device) => {
+            let denied = io::Error::from_raw_os_error(libc::EACCES);
+            let why = format!("': {}: {device}", crate::output::strerror(&denied));
+            Error::msg(quote("mounting '", mountpoint.as_os_str(), &why))
+        }
+        None => Error::msg(e.to_string()),
     }
 }
 
@@ -176,12 +263,20 @@ fn prepare_directories(backing: &Path, mountpoint: &Path, create: bool) -> Resul
         }
         _ => {}
     }
+    create_dir(backing)?;
+    prepare_mountpoint(mountpoint)
+}
+
+/// Creates MOUNTPOINT if missing; returns whether it did.
+fn prepare_mountpoint(mountpoint: &Path) -> Result<bool> {
     let made_mountpoint = matches!(mountpoint.try_exists(), Ok(false));
-    for dir in [backing, mountpoint] {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::io(quote("can't create directory '", dir.as_os_str(), "'"), &e))?;
-    }
+    create_dir(mountpoint)?;
     Ok(made_mountpoint)
+}
+
+fn create_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::io(quote("can't create directory '", dir.as_os_str(), "'"), &e))
 }
 
 /// The certificates of a PEM file, or of every `.pem`/`.crt` file of a

@@ -110,10 +110,15 @@ const COMMANDS: &[Command] = &[
         Style::Getopt,
         "Sign a file for fs-verity built-in signature verification",
     ),
+    Command::new::<crate::cmd_publish::PublishArgs>(
+        "publish",
+        Style::Own,
+        "Publish a directory tree as an image of verity objects and print its digest",
+    ),
     Command::new::<crate::cmd_mount::MountArgs>(
         "mount",
         Style::Own,
-        "Serve a directory with fs-verity semantics through FUSE (foreground)",
+        "Serve a directory with fs-verity semantics, or an image, by FUSE (foreground)",
     ),
     Command::new::<crate::cmd_verify::VerifyArgs>(
         "verify",

@@ -189,7 +189,7 @@ mod tests {
         let mount = find(b"mount").unwrap();
         let text = help(mount);
         assert!(text.starts_with("Serve a directory"), "{text}");
-        assert!(text.contains("Usage: verityfs mount [OPTIONS] BACKING MOUNTPOINT\n"));
+        assert!(text.contains("Usage: verityfs mount [OPTIONS] SOURCE MOUNTPOINT\n"));
         assert!(text.contains("\n  -o, --options=OPTIONS\n          Comma-separated"));
         for line in text.lines() {
             assert!(line.len() <= WIDTH || !line.contains(' '), "{line}");

@@ -12,6 +12,7 @@ mod cmd_dump_metadata;
 mod cmd_enable;
 mod cmd_measure;
 mod cmd_mount;
+mod cmd_publish;
 mod cmd_reattach;
 mod cmd_sign;
 mod cmd_stats;
@@ -25,6 +26,7 @@ mod fuse_device;
 #[allow(unsafe_code)]
 mod getopt;
 mod help;
+mod image_location;
 // The fs-verity ioctl(2) calls.
 #[allow(unsafe_code)]
 mod ioctl;

@@ -14,16 +14,7 @@ pub const TTL: Duration = Duration::from_secs(1);
 /// The FUSE attributes of inode `ino` whose backing object has `st`, with
 /// `size` as the size readers see (a verity file's data size).
 pub fn to_file_attr(ino: INodeNo, st: &Stat, size: u64) -> FileAttr {
-    // (sec, nsec) is nsec nanoseconds after sec seconds, also before 1970.
-    let time = |sec: i64, nsec: i64| {
-        let whole = Duration::from_secs(sec.unsigned_abs());
-        let seconds = if sec >= 0 {
-            UNIX_EPOCH + whole
-        } else {
-            UNIX_EPOCH - whole
-        };
-        seconds + Duration::from_nanos(nsec as u64)
-    };
+    let time = |sec: i64, nsec: i64| system_time(sec, nsec as u32);
     FileAttr {
         ino,
         size,
@@ -41,4 +32,16 @@ pub fn to_file_attr(ino: INodeNo, st: &Stat, size: u64) -> FileAttr {
         blksize: st.st_blksize as u32,
         flags: 0,
     }
+}
+
+/// The time `nsec` nanoseconds after `sec` seconds since the epoch (also
+/// before 1970).
+pub fn system_time(sec: i64, nsec: u32) -> SystemTime {
+    let whole = Duration::from_secs(sec.unsigned_abs());
+    let seconds = if sec >= 0 {
+        UNIX_EPOCH + whole
+    } else {
+        UNIX_EPOCH - whole
+    };
+    seconds + Duration::from_nanos(nsec.into())
 }

@@ -305,7 +305,11 @@ impl VerityFs {
 }
 
 /// A verified read; corruption is logged and answered with `EIO`.
-fn read_verified(file: &verityfs::VerityFile, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
+pub(crate) fn read_verified(
+    file: &verityfs::VerityFile,
+    buf: &mut [u8],
+    offset: u64,
+) -> Result<usize, Errno> {
     file.read_at(buf, offset).map_err(|e| {
         if let verityfs::Error::Corrupted(c) = &e {
             log_corruption(c);

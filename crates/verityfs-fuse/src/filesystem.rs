@@ -5,6 +5,7 @@
 
 use std::ffi::OsStr;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -23,6 +24,7 @@ use verityfs::uapi::{
 use crate::attr::TTL;
 use crate::caller::Caller;
 use crate::fs::VerityFs;
+use crate::image_fs::{ImageFs, IMAGE_TTL};
 
 thread_local! {
     /// Each worker thread's read buffer, reused for every request.
@@ -582,5 +584,241 @@ fn xattr_reply(reply: ReplyXattr, size: u32, value: &[u8]) {
         reply.data(value);
     } else {
         reply.error(Errno::from_i32(libc::ERANGE));
+    }
+}
+
+/// The reply to every request that would change an image.
+fn read_only() -> Errno {
+    Errno::from_i32(libc::EROFS)
+}
+
+/// An image: read-only, its tree from the manifest (see `image_fs`).
+impl Filesystem for ImageFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        let _ = config.set_max_readahead(MAX_IO);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.mount.release();
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let result = ImageFs::lookup(self, parent, name.as_bytes());
+        reply_with!(reply, result, |attr| reply.entry(
+            &IMAGE_TTL,
+            &attr,
+            Generation(0)
+        ));
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        reply_with!(reply, self.attr(ino), |attr| reply.attr(&IMAGE_TTL, &attr));
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        reply_with!(reply, self.read_link(ino), |target| reply.data(target));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        // The contents never change: the page cache outlives a close.
+        reply_with!(reply, self.open_file(ino, flags.0), |()| reply
+            .opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE));
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        READ_BUFFER.with_borrow_mut(|buf| {
+            buf.resize(size as usize, 0);
+            reply_with!(reply, self.read_file(ino, offset, buf), |n| reply
+                .data(&buf[..n]))
+        });
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.release_file(ino);
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Listings never change either: the kernel may cache them.
+        let cached = FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE;
+        reply_with!(reply, self.dir(ino), |_| reply
+            .opened(FileHandle(0), cached));
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let result = self.read_dir(ino, offset, |ino, next, kind, name| {
+            reply.add(INodeNo(ino), next, kind, OsStr::from_bytes(name))
+        });
+        reply_with!(reply, result, |()| reply.ok());
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply_with!(reply, ImageFs::ioctl(self, ino, cmd, in_data), |out| reply
+            .ioctl(0, &out));
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        _size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        reply.error(read_only());
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(read_only());
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(read_only());
+    }
+
+    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(read_only());
+    }
+
+    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(read_only());
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _link_name: &OsStr,
+        _target: &Path,
+        reply: ReplyEntry,
+    ) {
+        reply.error(read_only());
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        _flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(read_only());
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(read_only());
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        reply.error(read_only());
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let result = self.get_xattr(ino, name);
+        reply_with!(reply, result, |value| xattr_reply(reply, size, &value));
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        xattr_reply(reply, size, &[]);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(read_only());
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(read_only());
     }
 }

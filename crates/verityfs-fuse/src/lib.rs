@@ -22,6 +22,7 @@ mod file_ops;
 mod filesystem;
 mod fs;
 mod handles;
+mod image_fs;
 mod inodes;
 mod invalidate;
 // Public for the fuzz targets in `fuzz/` (the ioctl payload decoders)
@@ -37,6 +38,7 @@ mod verity_ops;
 mod xattr_ops;
 
 pub use fs::MountOptions;
-pub use mount::{accepts_mount_option, run, BackgroundMount};
+pub use image_fs::ImageFs;
+pub use mount::{accepts_mount_option, run, run_image, BackgroundMount};
 pub use policy::SignaturePolicy;
 pub use xattr_ops::{BACKING_XATTR, STATS_XATTR};

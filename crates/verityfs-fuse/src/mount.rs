@@ -3,11 +3,15 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use fuser::{Config, INodeNo, MountOption, Notifier, Session, SessionACL, SessionUnmounter};
+use fuser::{
+    Config, Filesystem, INodeNo, MountOption, Notifier, Session, SessionACL, SessionUnmounter,
+};
 
 use crate::fs::{MountOptions, VerityFs};
+use crate::image_fs::ImageFs;
+use crate::invalidate::Invalidator;
 use crate::mountinfo::mount_on;
 use crate::placement::FSTYPE;
 
@@ -91,6 +95,40 @@ impl MountState {
     }
 }
 
+/// What mounting needs of a filesystem besides serving its requests.
+pub(crate) trait Mountable: Filesystem {
+    /// Its record of its mount.
+    fn mount_state(&self) -> Arc<MountState>;
+    /// What sends the kernel invalidations, if it does.
+    fn invalidator(&self) -> Option<Arc<Invalidator>>;
+}
+
+impl Mountable for VerityFs {
+    fn mount_state(&self) -> Arc<MountState> {
+        self.mount.clone()
+    }
+
+    fn invalidator(&self) -> Option<Arc<Invalidator>> {
+        Some(self.invalidator.clone())
+    }
+}
+
+impl Mountable for ImageFs {
+    fn mount_state(&self) -> Arc<MountState> {
+        self.mount.clone()
+    }
+
+    /// An image never changes: nothing to invalidate.
+    fn invalidator(&self) -> Option<Arc<Invalidator>> {
+        None
+    }
+}
+
+/// Options an image mount always has, whatever `-o` says: its files'
+/// set-user-ID bits and device numbers are the publisher's, and only trust
+/// in their digest, not in the publisher, is asked for.
+const IMAGE_FORCED: &[&str] = &["nodev", "nosuid"];
+
 /// Sets the mount's readahead window (`/sys/class/bdi/MAJ:MIN/read_ahead_kb`,
 /// writable by root only; others keep the default). It must not stat the
 /// mountpoint: that would be a FUSE request nobody serves yet.
@@ -173,20 +211,21 @@ fn fuse_option(option: &str) -> Option<MountOption> {
     })
 }
 
-/// The options of a mount of `backing` (canonical): named after it, of type
-/// `fuse.verityfs`, `nodev,nosuid` unless asked otherwise, the kernel
-/// checking permissions, then the user's options (the last of two
-/// opposites wins).
-fn fuse_config(backing: &Path, options: &MountOptions) -> Config {
+/// The options of a mount named `fsname` (the canonical backing directory,
+/// or the image as given): of type `fuse.verityfs`, `nodev,nosuid` unless
+/// asked otherwise, the kernel checking permissions, then the user's
+/// options (the last of two opposites wins), then the `forced` ones.
+fn fuse_config(fsname: &str, options: &MountOptions, forced: &[&str]) -> Config {
     let mut names: Vec<String> = vec![
-        format!("fsname={}", backing.display()),
+        format!("fsname={fsname}"),
         format!("subtype={}", &FSTYPE["fuse.".len()..]),
         "nodev".into(),
         "nosuid".into(),
     ];
-    for option in &options.mount_options {
-        names.retain(|old| !replaces(option, old));
-        names.push(option.clone());
+    let forced = forced.iter().map(|&f| f.to_owned());
+    for option in options.mount_options.iter().cloned().chain(forced) {
+        names.retain(|old| !replaces(&option, old));
+        names.push(option);
     }
     let mut mount_options: Vec<MountOption> = names.iter().filter_map(|n| fuse_option(n)).collect();
     mount_options.push(MountOption::DefaultPermissions);
@@ -215,32 +254,44 @@ fn fuse_config(backing: &Path, options: &MountOptions) -> Config {
 /// The canonical paths of `backing` and `mountpoint`, checked for a layout
 /// that can be served (see `placement`).
 fn prepare(backing: &Path, mountpoint: &Path) -> io::Result<(PathBuf, PathBuf)> {
-    let canonical = |path: &Path| {
-        std::fs::canonicalize(path)
-            .map_err(|e| io::Error::new(e.kind(), format!("'{}': {e}", path.display())))
-    };
     let (backing, mountpoint) = (canonical(backing)?, canonical(mountpoint)?);
     crate::placement::check(&backing, &mountpoint)?;
     Ok((backing, mountpoint))
 }
 
-/// Mounts `fs` of `backing` on `mountpoint`, and tells it so.
-fn new_session(
-    fs: VerityFs,
-    backing: &Path,
+fn canonical(path: &Path) -> io::Result<PathBuf> {
+    std::fs::canonicalize(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("'{}': {e}", path.display())))
+}
+
+/// The options of an image mount: read-only, whatever was asked.
+fn image_options(options: MountOptions) -> MountOptions {
+    MountOptions {
+        read_only: true,
+        ..options
+    }
+}
+
+/// Mounts `fs` named `fsname` on `mountpoint`, and tells it so.
+fn new_session<FS: Mountable>(
+    fs: FS,
+    fsname: &str,
     mountpoint: &Path,
     options: &MountOptions,
-) -> io::Result<Session<VerityFs>> {
-    let state = fs.mount.clone();
-    let invalidator = fs.invalidator.clone();
-    let mut session =
-        Session::new(fs, mountpoint, &fuse_config(backing, options)).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("mounting on '{}': {e}", mountpoint.display()),
-            )
-        })?;
-    invalidator.serve(session.notifier())?;
+    forced: &[&str],
+) -> io::Result<Session<FS>> {
+    let state = fs.mount_state();
+    let invalidator = fs.invalidator();
+    let config = fuse_config(fsname, options, forced);
+    let mut session = Session::new(fs, mountpoint, &config).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("mounting on '{}': {e}", mountpoint.display()),
+        )
+    })?;
+    if let Some(invalidator) = invalidator {
+        invalidator.serve(session.notifier())?;
+    }
     tune_readahead(mountpoint);
     state.mounted(&mut session, mountpoint);
     Ok(session)
@@ -253,9 +304,33 @@ pub fn run(backing: &Path, mountpoint: &Path, options: MountOptions) -> io::Resu
     // Messages about the backing directory name it as the user did.
     let fs = VerityFs::new(backing, options.clone())?;
     let (backing, mountpoint) = prepare(backing, mountpoint)?;
+    let fsname = backing.display().to_string();
+    serve(fs, &fsname, &mountpoint, &options, &[])
+}
+
+/// Mounts the image `fs`, named `name` (its location as given), read-only
+/// on `mountpoint`, and serves it as [`run`] does.
+pub fn run_image(
+    fs: ImageFs,
+    name: &str,
+    mountpoint: &Path,
+    options: MountOptions,
+) -> io::Result<()> {
+    let mountpoint = canonical(mountpoint)?;
+    serve(fs, name, &mountpoint, &image_options(options), IMAGE_FORCED)
+}
+
+/// Mounts `fs` and serves it until unmounted or signalled.
+fn serve<FS: Mountable>(
+    fs: FS,
+    fsname: &str,
+    mountpoint: &Path,
+    options: &MountOptions,
+    forced: &[&str],
+) -> io::Result<()> {
     // Modes from the kernel are already masked with the caller's umask.
     rustix::process::umask(rustix::fs::Mode::empty());
-    let mut session = new_session(fs, &backing, &mountpoint, &options)?;
+    let mut session = new_session(fs, fsname, mountpoint, options, forced)?;
     let mut unmounter = session.unmount_callable();
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])?;
     std::thread::Builder::new()
@@ -268,7 +343,7 @@ pub fn run(backing: &Path, mountpoint: &Path, options: MountOptions) -> io::Resu
                 }
             }
         })?;
-    tracing::info!("serving {} on {}", backing.display(), mountpoint.display());
+    tracing::info!("serving {fsname} on {}", mountpoint.display());
     session.run()
 }
 
@@ -283,7 +358,24 @@ impl BackgroundMount {
     pub fn spawn(backing: &Path, mountpoint: &Path, options: MountOptions) -> io::Result<Self> {
         let fs = VerityFs::new(backing, options.clone())?;
         let (backing, mountpoint) = prepare(backing, mountpoint)?;
-        let session = new_session(fs, &backing, &mountpoint, &options)?.spawn()?;
+        let fsname = backing.display().to_string();
+        let session = new_session(fs, &fsname, &mountpoint, &options, &[])?.spawn()?;
+        Ok(BackgroundMount {
+            session: Some(session),
+        })
+    }
+
+    /// Mounts the image `fs`, named `name`, on `mountpoint` in the
+    /// background (read-only, as [`run_image`] does).
+    pub fn spawn_image(
+        fs: ImageFs,
+        name: &str,
+        mountpoint: &Path,
+        options: MountOptions,
+    ) -> io::Result<Self> {
+        let mountpoint = canonical(mountpoint)?;
+        let options = image_options(options);
+        let session = new_session(fs, name, &mountpoint, &options, IMAGE_FORCED)?.spawn()?;
         Ok(BackgroundMount {
             session: Some(session),
         })

@@ -48,7 +48,7 @@ impl VerityFs {
     ) -> Result<Vec<u8>, Errno> {
         check_kind(inode)?;
         if inode.ino == fuser::INodeNo::ROOT && name == STATS_XATTR {
-            return Ok(self.stats_json().into_bytes());
+            return Ok(stats_json(&self.verifier).into_bytes());
         }
         if name == BACKING_XATTR {
             let path = std::fs::read_link(inode.proc_path()).map_err(Errno::from)?;
@@ -128,19 +128,15 @@ impl VerityFs {
     }
 }
 
-impl VerityFs {
-    /// The counters summed over all files, and the cache's size, as JSON.
-    fn stats_json(&self) -> String {
-        let totals = self.verifier.totals().snapshot();
-        let mut fields: Vec<String> = totals
-            .fields()
-            .iter()
-            .map(|(name, value)| format!("  \"{name}\": {value}"))
-            .collect();
-        fields.push(format!(
-            "  \"cache_bytes\": {}",
-            self.verifier.cache_bytes()
-        ));
-        format!("{{\n{}\n}}\n", fields.join(",\n"))
-    }
+/// The counters of `verifier` summed over all files, and the cache's size,
+/// as JSON: the value of [`STATS_XATTR`].
+pub(crate) fn stats_json(verifier: &verityfs::Verifier) -> String {
+    let totals = verifier.totals().snapshot();
+    let mut fields: Vec<String> = totals
+        .fields()
+        .iter()
+        .map(|(name, value)| format!("  \"{name}\": {value}"))
+        .collect();
+    fields.push(format!("  \"cache_bytes\": {}", verifier.cache_bytes()));
+    format!("{{\n{}\n}}\n", fields.join(",\n"))
 }

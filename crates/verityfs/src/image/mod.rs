@@ -35,12 +35,14 @@
 
 pub mod manifest;
 mod publish;
+mod store;
 
 use std::path::Path;
 use std::sync::Arc;
 
 pub use manifest::{Entry, EntryKind, FileObject, Manifest, ManifestError};
 pub use publish::{publish, Published};
+pub use store::{DirStore, Store};
 
 use crate::error::{Corruption, Error, Result};
 use crate::expected::ExpectedDigest;

@@ -1,0 +1,91 @@
+//! Where `verityfs mount --digest` finds an image: a local directory (as
+//! `verityfs publish` writes it) now; a web server or an S3 bucket are
+//! parsed already, so that they get a clear answer until they are served.
+
+use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use verityfs::image::{DirStore, Store};
+
+use crate::error::{Error, Result};
+use crate::output::quote;
+
+/// An image's location, as given on the command line.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ImageLocation {
+    /// A local directory.
+    Dir(PathBuf),
+    /// An `http://` or `https://` URL.
+    Http(String),
+    /// An `s3://BUCKET/PREFIX` URL.
+    S3(String),
+}
+
+impl ImageLocation {
+    /// The location `arg` names: a URL by its scheme, else a directory.
+    pub fn parse(arg: &OsStr) -> Self {
+        let text = arg.to_str().unwrap_or_default();
+        let scheme = |s: &str| {
+            text.get(..s.len())
+                .is_some_and(|p| p.eq_ignore_ascii_case(s))
+        };
+        if scheme("http://") || scheme("https://") {
+            ImageLocation::Http(text.to_owned())
+        } else if scheme("s3://") {
+            ImageLocation::S3(text.to_owned())
+        } else {
+            ImageLocation::Dir(PathBuf::from(arg))
+        }
+    }
+
+    /// How the image's files are read: a usage error for the locations
+    /// not served yet.
+    pub fn store(&self) -> Result<Arc<dyn Store>> {
+        match self {
+            ImageLocation::Dir(dir) => match DirStore::new(dir) {
+                Ok(store) => Ok(Arc::new(store)),
+                Err(e) => Err(Error::io(
+                    quote("can't open image '", dir.as_os_str(), "'"),
+                    &e,
+                )),
+            },
+            ImageLocation::Http(url) | ImageLocation::S3(url) => Err(Error::usage_msg(format!(
+                "{url}: images over HTTP and S3 are not supported yet (give a local directory)"
+            ))),
+        }
+    }
+
+    /// The name of the mount (its `fsname`).
+    pub fn name(&self) -> OsString {
+        match self {
+            ImageLocation::Dir(dir) => std::fs::canonicalize(dir)
+                .unwrap_or_else(|_| dir.clone())
+                .into_os_string(),
+            ImageLocation::Http(url) | ImageLocation::S3(url) => url.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_by_scheme_else_directories() {
+        let parse = |s: &str| ImageLocation::parse(OsStr::new(s));
+        assert_eq!(
+            parse("https://h/i"),
+            ImageLocation::Http("https://h/i".into())
+        );
+        assert_eq!(
+            parse("HTTP://h/i"),
+            ImageLocation::Http("HTTP://h/i".into())
+        );
+        assert_eq!(parse("s3://b/p"), ImageLocation::S3("s3://b/p".into()));
+        assert_eq!(parse("images/x"), ImageLocation::Dir("images/x".into()));
+        assert_eq!(parse("https:x"), ImageLocation::Dir("https:x".into()));
+        let e = parse("s3://b/p").store().err().unwrap();
+        assert_eq!(e.exit_status(), crate::error::EXIT_USAGE);
+    }
+}

@@ -1,0 +1,403 @@
+//! Images end to end: `verityfs publish` a tree, `verityfs mount --digest`
+//! it (real FUSE mounts, as root and read by `nobody`), and compare what
+//! the mount serves with the source: names, kinds, modes, sizes, times,
+//! symlink targets, every byte, and `fsverity measure` (the real binary)
+//! against `fsverity digest` of the source files. A wrong digest or a
+//! damaged object must be refused.
+
+mod common;
+
+use std::fs::{self, File, FileTimes, OpenOptions, Permissions};
+use std::io::Read;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
+
+use common::*;
+
+/// The 3 MB file's size: not a multiple of the block size.
+const BIG_SIZE: usize = 3_000_000;
+/// A name that is not ASCII.
+const UNICODE_NAME: &str = "ünïcødé 名前.txt";
+
+/// A source tree, its image and a mount point, in one temporary directory.
+struct Image {
+    _dir: tempfile::TempDir,
+    src: PathBuf,
+    image: PathBuf,
+    /// The digest `verityfs publish` printed.
+    digest: String,
+}
+
+impl Image {
+    /// Publishes the test tree.
+    fn publish() -> Image {
+        prerequisites();
+        let dir = tempfile::Builder::new()
+            .prefix("verityfs-image-test")
+            .tempdir()
+            .unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let (src, image) = (base.join("src"), base.join("image"));
+        make_tree(&src);
+        let out = run_ok(Command::new(VERITYFS).arg("publish").arg(&src).arg(&image));
+        let digest = out.strip_suffix('\n').expect("one line").to_owned();
+        let hex = digest.strip_prefix("sha256:").expect("sha256:HEX");
+        assert!(
+            hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{out:?}"
+        );
+        Image {
+            _dir: dir,
+            src,
+            image,
+            digest,
+        }
+    }
+
+    /// Mounts the image with its digest and `args`.
+    fn mount(&self, args: &[&str]) -> Mount {
+        let digest = format!("--digest={}", self.digest);
+        let args: Vec<&str> = [&digest[..]]
+            .into_iter()
+            .chain(args.iter().copied())
+            .collect();
+        Mount::of_backing(&self.image, &args)
+    }
+
+    /// The object holding the contents of source file `name`.
+    fn object_of(&self, name: &str) -> PathBuf {
+        let digest = digest(&self.src.join(name), &[]);
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        self.image.join("objects").join(format!("sha256-{hex}"))
+    }
+}
+
+/// Nested directories, an empty file, symlinks (relative, absolute,
+/// dangling), a non-ASCII name, a 3 MB file, a private file and an
+/// executable, with times down to the nanosecond.
+fn make_tree(src: &Path) {
+    fs::create_dir_all(src.join("a/b/c")).unwrap();
+    fs::create_dir(src.join("empty dir")).unwrap();
+    let files: &[(&str, Vec<u8>, u32)] = &[
+        ("big", random_bytes(BIG_SIZE, 7), 0o644),
+        ("empty", Vec::new(), 0o644),
+        ("a/b/c/deep", b"deep\n".to_vec(), 0o444),
+        ("a/run.sh", b"#!/bin/sh\necho hi\n".to_vec(), 0o755),
+        ("a/private", b"secret\n".to_vec(), 0o600),
+        ("a/dup", b"deep\n".to_vec(), 0o640),
+        (UNICODE_NAME, "unicode ✓\n".as_bytes().to_vec(), 0o644),
+    ];
+    for (i, (name, data, mode)) in files.iter().enumerate() {
+        let path = src.join(name);
+        fs::write(&path, data).unwrap();
+        fs::set_permissions(&path, Permissions::from_mode(*mode)).unwrap();
+        let mtime = SystemTime::UNIX_EPOCH + Duration::new(1_600_000_000 + i as u64, 123_456_789);
+        let file = File::options().write(true).open(&path).unwrap();
+        file.set_times(FileTimes::new().set_modified(mtime))
+            .unwrap();
+    }
+    std::os::unix::fs::symlink("b/c/deep", src.join("a/link")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", src.join("absolute")).unwrap();
+    std::os::unix::fs::symlink("nowhere", src.join("dangling")).unwrap();
+    fs::set_permissions(src.join("a/b"), Permissions::from_mode(0o750)).unwrap();
+}
+
+/// What the listing compares of one path: name, kind, mode, size (not of
+/// directories, whose sizes are the filesystem's), mtime, symlink target.
+#[derive(Debug, PartialEq)]
+struct Listed {
+    path: PathBuf,
+    kind: &'static str,
+    mode: u32,
+    size: Option<u64>,
+    mtime: (i64, i64),
+    target: Option<PathBuf>,
+}
+
+/// Every path under `root`, sorted, without following symlinks.
+fn listing(root: &Path) -> Vec<Listed> {
+    let mut out = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let m = fs::symlink_metadata(&path).unwrap();
+            let kind = match m.file_type() {
+                t if t.is_dir() => "dir",
+                t if t.is_file() => "file",
+                t if t.is_symlink() => "symlink",
+                _ => "other",
+            };
+            if m.is_dir() {
+                dirs.push(path.clone());
+            }
+            out.push(Listed {
+                path: path.strip_prefix(root).unwrap().to_path_buf(),
+                kind,
+                mode: m.mode() & 0o7777,
+                size: (!m.is_dir()).then_some(m.len()),
+                mtime: (m.mtime(), m.mtime_nsec()),
+                target: m.is_symlink().then(|| fs::read_link(&path).unwrap()),
+            });
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+/// The regular files of a listing.
+fn regular_files(listed: &[Listed]) -> impl Iterator<Item = &Path> {
+    listed
+        .iter()
+        .filter(|l| l.kind == "file")
+        .map(|l| l.path.as_path())
+}
+
+#[test]
+fn the_mount_serves_the_published_tree_with_its_digests() {
+    let image = Image::publish();
+    let mount = image.mount(&[]);
+    let source = listing(&image.src);
+    assert_eq!(listing(&mount.mnt), source);
+    assert_eq!(source.len(), 14, "{source:#?}");
+    for name in regular_files(&source) {
+        let (served, original) = (mount.mnt.join(name), image.src.join(name));
+        assert!(
+            fs::read(&served).unwrap() == fs::read(&original).unwrap(),
+            "{name:?} differs"
+        );
+        assert_eq!(measure(&served), digest(&original, &[]), "{name:?}");
+    }
+    // Directories link to themselves, from their parent and from each
+    // subdirectory.
+    for (dir, links) in [("", 4), ("a", 3), ("a/b/c", 2), ("empty dir", 2)] {
+        let m = fs::metadata(mount.mnt.join(dir)).unwrap();
+        assert_eq!(m.nlink(), links, "{dir:?}");
+    }
+    // Every data block of the 3 MB file went through the verifier.
+    let verified = counter(&mount.mnt, "data_blocks_verified");
+    assert!(verified >= BIG_SIZE.div_ceil(4096) as u64, "{verified}");
+    // Owners are the mounting user's: root here.
+    for listed in listing(&mount.mnt) {
+        let m = fs::symlink_metadata(mount.mnt.join(&listed.path)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (0, 0), "{:?}", listed.path);
+    }
+    let options = mount_options(&mount.mnt);
+    for option in ["ro", "nosuid", "nodev"] {
+        assert!(options.split(',').any(|o| o == option), "{options}");
+    }
+}
+
+#[test]
+fn nothing_changes_through_the_mount() {
+    let image = Image::publish();
+    let mount = image.mount(&[]);
+    let path = |name: &str| mount.path(name);
+    let erofs = libc::EROFS;
+    assert_errno(fs::write(path("new"), b"x"), erofs, "create");
+    let write = OpenOptions::new().write(true).open(path("big"));
+    assert_errno(write, erofs, "open for writing");
+    assert_errno(fs::create_dir(path("d")), erofs, "mkdir");
+    assert_errno(fs::remove_file(path("empty")), erofs, "unlink");
+    assert_errno(fs::rename(path("empty"), path("e2")), erofs, "rename");
+    let chmod = fs::set_permissions(path("big"), Permissions::from_mode(0o777));
+    assert_errno(chmod, erofs, "chmod");
+    let symlink = std::os::unix::fs::symlink("x", path("l"));
+    assert_errno(symlink, erofs, "symlink");
+    // FS_IOC_ENABLE_VERITY on a file that already is verity.
+    assert_enable_fails(&path("big"), &[], erofs);
+    assert_eq!(listing(&mount.mnt), listing(&image.src));
+}
+
+#[test]
+fn nobody_reads_what_the_modes_allow() {
+    let image = Image::publish();
+    let mount = image.mount(&["-o", "allow_other"]);
+    let as_nobody = |program: &str, path: &Path| {
+        run(Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", program])
+            .arg(path))
+    };
+    for name in ["big", "a/run.sh", UNICODE_NAME] {
+        let out = as_nobody("cat", &mount.path(name));
+        assert!(out.status.success(), "{name}: {out:?}");
+        assert!(
+            out.stdout == fs::read(image.src.join(name)).unwrap(),
+            "{name}"
+        );
+    }
+    let measured = run(Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            FSVERITY,
+            "measure",
+        ])
+        .arg(mount.path("a/run.sh")));
+    let line = String::from_utf8_lossy(&measured.stdout);
+    assert!(
+        line.starts_with(&digest(&image.src.join("a/run.sh"), &[])),
+        "{measured:?}"
+    );
+    // A file of mode 0600 and one in a directory of mode 0750, owned by
+    // root: refused by the kernel's permission check.
+    for name in ["a/private", "a/b/c/deep"] {
+        let out = as_nobody("cat", &mount.path(name));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains("Permission denied"),
+            "{name}: {out:?}"
+        );
+    }
+}
+
+#[test]
+fn a_wrong_digest_is_refused_before_mounting() {
+    let image = Image::publish();
+    let mnt = image.image.with_file_name("mnt");
+    let last = image.digest.chars().last().unwrap();
+    let flipped = if last == '0' { '1' } else { '0' };
+    let wrong = format!("{}{flipped}", &image.digest[..image.digest.len() - 1]);
+    let out = mount_image(&image.image, &mnt, &[&format!("--digest={wrong}")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("FILE CORRUPTED!"), "{stderr}");
+    assert!(
+        stderr.contains(&wrong[7..]),
+        "names the digest wanted: {stderr}"
+    );
+    assert!(stderr.contains("does not match --digest"), "{stderr}");
+    assert!(!is_mounted(&mnt));
+
+    // The manifest damaged: its digest still matches, its tree does not.
+    flip_byte(&image.image.join("manifest"), 20);
+    let out = mount_image(&image.image, &mnt, &[&format!("--digest={}", image.digest)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("FILE CORRUPTED!"), "{stderr}");
+    assert!(!is_mounted(&mnt));
+}
+
+#[test]
+fn images_need_a_valid_digest_and_a_local_directory() {
+    let image = Image::publish();
+    let mnt = image.image.with_file_name("mnt");
+    let usage = |args: &[&str], source: &Path, message: &str| {
+        let out = mount_image(source, &mnt, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    };
+    let good = format!("--digest={}", image.digest);
+    usage(&["--digest=sha256:xyz"], &image.image, "invalid digest");
+    let url = Path::new("https://example.com/image");
+    usage(&[&good], url, "not supported yet");
+    usage(
+        &[&good],
+        Path::new("s3://bucket/image"),
+        "not supported yet",
+    );
+    usage(&[], url, "an image needs --digest");
+    usage(
+        &[&good, "--create"],
+        &image.image,
+        "--create applies to backing",
+    );
+    assert!(!is_mounted(&mnt));
+}
+
+#[test]
+fn a_damaged_object_fails_its_block_only() {
+    let image = Image::publish();
+    let damaged = BIG_SIZE as u64 - 100;
+    flip_byte(&image.object_of("big"), damaged);
+    let mount = image.mount(&[]);
+    let big = File::open(mount.path("big")).unwrap();
+    let original = fs::read(image.src.join("big")).unwrap();
+    let mut block = vec![0u8; 4096];
+    big.read_exact_at(&mut block, 0).unwrap();
+    assert!(block == original[..4096], "the first block verifies");
+    let block_start = damaged / 4096 * 4096;
+    assert_errno(
+        big.read_exact_at(&mut block, block_start),
+        libc::EIO,
+        "the damaged block",
+    );
+    let mut all = Vec::new();
+    assert_errno(
+        File::open(mount.path("big")).unwrap().read_to_end(&mut all),
+        libc::EIO,
+        "all",
+    );
+    let deep = fs::read(mount.path("a/b/c/deep")).unwrap();
+    assert_eq!(deep, b"deep\n", "other files are fine");
+    assert!(mount.log().contains("FILE CORRUPTED!"), "{}", mount.log());
+    assert!(counter(&mount.mnt, "verification_failures") >= 1);
+}
+
+#[test]
+fn publish_warns_about_what_it_skips() {
+    prerequisites();
+    let dir = tempfile::tempdir().unwrap();
+    let (src, image) = (dir.path().join("src"), dir.path().join("image"));
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("file"), b"x").unwrap();
+    run_ok(Command::new("mkfifo").arg(src.join("fifo")));
+    let out = run(Command::new(VERITYFS).arg("publish").arg(&src).arg(&image));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.starts_with("sha256:") && stdout.lines().count() == 1,
+        "{stdout}"
+    );
+    let warning = format!("WARNING: skipped '{}'", src.join("fifo").display());
+    assert!(stderr.contains(&warning), "{stderr}");
+
+    let missing = dir.path().join("missing");
+    let out = run(Command::new(VERITYFS)
+        .arg("publish")
+        .arg(&missing)
+        .arg(&image));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("No such file or directory"), "{stderr}");
+    let out = run(Command::new(VERITYFS).arg("publish").arg(&src));
+    assert_eq!(out.status.code(), Some(2), "one operand is a usage error");
+}
+
+/// Runs `verityfs mount SOURCE MNT ARGS`, which must exit (bounded).
+fn mount_image(source: &Path, mnt: &Path, args: &[&str]) -> std::process::Output {
+    run(Command::new(VERITYFS)
+        .arg("mount")
+        .arg(source)
+        .arg(mnt)
+        .args(args))
+}
+
+/// A counter of `verityfs stats MNT`.
+fn counter(mnt: &Path, name: &str) -> u64 {
+    let stats = run_ok(Command::new(VERITYFS).arg("stats").arg(mnt));
+    let key = format!("\"{name}\": ");
+    let at = stats.find(&key).unwrap_or_else(|| panic!("{stats}")) + key.len();
+    let digits: String = stats[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().unwrap()
+}
+
+/// The options of the mount on `mnt`, as /proc/mounts lists them.
+fn mount_options(mnt: &Path) -> String {
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap();
+    let line = mounts
+        .lines()
+        .rfind(|l| l.split(' ').nth(1) == Some(&*mnt.to_string_lossy()))
+        .unwrap_or_else(|| panic!("{} not mounted", mnt.display()));
+    line.split(' ').nth(3).unwrap().to_owned()
+}

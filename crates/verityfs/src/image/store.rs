@@ -1,0 +1,48 @@
+//! Where an image's files are read from: a [`Store`] gives a [`Source`]
+//! for each path of the image (`manifest`, `objects/ALG-HEX`). A local
+//! directory is a [`DirStore`]; a web server or an object store is
+//! another implementation of the same trait.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::sync::Arc;
+
+use rustix::fs::{Mode, OFlags};
+
+use crate::source::Source;
+
+/// The files of an image, by their path relative to it. Nothing a store
+/// returns is trusted: the manifest's digest and the objects' trees check
+/// every byte.
+pub trait Store: Send + Sync {
+    /// The file at `path` (`manifest`, or an object's
+    /// [`FileObject::path`](super::FileObject::path)).
+    fn open(&self, path: &str) -> io::Result<Arc<dyn Source>>;
+}
+
+/// An image in a local directory, as [`publish`](super::publish) writes it.
+pub struct DirStore {
+    /// The directory, held open: files are opened relative to it, so that
+    /// the image stays reachable when something is mounted over its path
+    /// (a mount of the image on its own directory).
+    dir: OwnedFd,
+}
+
+impl DirStore {
+    /// The image in the directory `dir`.
+    pub fn new(dir: &Path) -> io::Result<Self> {
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let dir = rustix::fs::open(dir, flags, Mode::empty())?;
+        Ok(DirStore { dir })
+    }
+}
+
+impl Store for DirStore {
+    fn open(&self, path: &str) -> io::Result<Arc<dyn Source>> {
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.dir, path, flags, Mode::empty())?;
+        Ok(Arc::new(File::from(fd)))
+    }
+}
