@@ -250,7 +250,6 @@ fn new_session(
 /// unmounted (`umount`, `fusermount3 -u`) or the process gets SIGINT or
 /// SIGTERM, which unmount it cleanly.
 pub fn run(backing: &Path, mountpoint: &Path, options: MountOptions) -> io::Result<()> {
-    hash_on_workers();
     // Messages about the backing directory name it as the user did.
     let fs = VerityFs::new(backing, options.clone())?;
     let (backing, mountpoint) = prepare(backing, mountpoint)?;
@@ -271,23 +270,6 @@ pub fn run(backing: &Path, mountpoint: &Path, options: MountOptions) -> io::Resu
         })?;
     tracing::info!("serving {} on {}", backing.display(), mountpoint.display());
     session.run()
-}
-
-/// Makes the library hash on the thread that asks, not on rayon's pool of
-/// one thread per core. The kernel keeps several FUSE requests in flight
-/// (readahead, parallel readers), so the worker threads already spread
-/// verification over the cores; handing each request's hashing to the pool
-/// as well put two thread pools on the same cores, with a wakeup and a wait
-/// per request, and cost a third more CPU time per byte read. Only the
-/// daemon's own process does this: a program embedding the filesystem
-/// keeps its pool.
-fn hash_on_workers() {
-    if let Err(e) = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build_global()
-    {
-        tracing::debug!("rayon's pool is already set up: {e}");
-    }
 }
 
 /// A mount served by background threads, unmounted when dropped (for tests
