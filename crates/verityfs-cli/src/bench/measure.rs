@@ -116,6 +116,8 @@ pub struct Measured {
     /// caused to be read from storage (`read_bytes` of `/proc/PID/io`):
     /// less than the device read when other programs used the disk meanwhile.
     pub own_read_bytes: u64,
+    /// CPU time the daemon spent meanwhile, if the work went through one.
+    pub daemon_cpu: Option<Duration>,
 }
 
 /// Drops the caches, waits for the device to go quiet, then runs `work` and
@@ -151,12 +153,14 @@ pub fn measured<T>(
 ) -> Result<(T, Measured)> {
     check_interrupted()?;
     let own_before = own_read_bytes(daemon);
+    let cpu_before = daemon.and_then(cpu_time);
     let before = device.counters()?;
     let start = Instant::now();
     let value = work()?;
     let elapsed = start.elapsed();
     let after = device.counters()?;
     let own_after = own_read_bytes(daemon);
+    let cpu_after = daemon.and_then(cpu_time);
     Ok((
         value,
         Measured {
@@ -164,6 +168,7 @@ pub fn measured<T>(
             read_requests: after.read_requests.saturating_sub(before.read_requests),
             read_sectors: after.read_sectors.saturating_sub(before.read_sectors),
             own_read_bytes: own_after.saturating_sub(own_before),
+            daemon_cpu: cpu_before.zip(cpu_after).map(|(b, a)| a.saturating_sub(b)),
         },
     ))
 }
@@ -181,6 +186,21 @@ fn own_read_bytes(daemon: Option<u32>) -> u64 {
     // A process's count includes its reaped children's (the tools'); the
     // daemon is still running, so it is counted on its own.
     io("self") + daemon.map_or(0, |pid| io(&pid.to_string()))
+}
+
+/// CPU time of process `pid` so far, summed over its threads to the
+/// nanosecond (`/proc/PID/task/TID/schedstat`; the clock ticks of
+/// `/proc/PID/stat` are too coarse for a read of a fraction of a second).
+/// The daemon's threads live as long as it does, so none is missed.
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut nanos = 0u64;
+    for task in tasks {
+        let path = task.ok()?.path().join("schedstat");
+        let text = std::fs::read_to_string(path).ok()?;
+        nanos += text.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(Duration::from_nanos(nanos))
 }
 
 /// How often [`settle`] looks at the device, how many unchanged looks in a

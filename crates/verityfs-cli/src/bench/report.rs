@@ -73,6 +73,8 @@ pub struct Medians {
     pub latency: Option<[f64; 3]>,
     /// Highest daemon peak RSS, KiB.
     pub daemon_peak_rss_kib: Option<u64>,
+    /// Daemon CPU seconds.
+    pub daemon_cpu_seconds: Option<f64>,
     /// Each read path counter (library reads).
     pub tree: Option<Vec<(&'static str, f64)>>,
 }
@@ -126,6 +128,10 @@ impl Medians {
             own_bytes: over(&|s| s.own_read_bytes as f64),
             latency,
             daemon_peak_rss_kib: samples.iter().filter_map(|s| s.daemon_peak_rss_kib).max(),
+            daemon_cpu_seconds: samples
+                .iter()
+                .all(|s| s.daemon_cpu_seconds.is_some())
+                .then(|| over(&|s| s.daemon_cpu_seconds.unwrap_or(f64::NAN))),
             tree,
         }
     }
@@ -147,6 +153,9 @@ impl Medians {
         }
         if let Some(rss) = self.daemon_peak_rss_kib {
             entry["daemon_peak_rss_kib"] = json!(rss);
+        }
+        if let Some(cpu) = self.daemon_cpu_seconds {
+            entry["daemon_cpu_seconds"] = json!(cpu);
         }
         if let Some(tree) = &self.tree {
             entry["tree"] = tree
@@ -621,6 +630,9 @@ fn notes(m: &Medians) -> String {
     }
     if let Some(rss) = m.daemon_peak_rss_kib {
         notes.push(format!("daemon peak RSS {:.1} MiB", rss as f64 / 1024.0));
+    }
+    if let Some(cpu) = m.daemon_cpu_seconds {
+        notes.push(format!("daemon CPU {:.0} ms", cpu * 1e3));
     }
     if let Some(tree) = &m.tree {
         let get = |name| {

@@ -268,6 +268,9 @@ pub struct Sample {
     pub latency: Option<Latency>,
     /// The daemon's peak RSS in KiB (reads through the mount).
     pub daemon_peak_rss_kib: Option<u64>,
+    /// The daemon's CPU time in seconds during the workload (reads through
+    /// the mount): on a shared machine, steadier than the wall-clock time.
+    pub daemon_cpu_seconds: Option<f64>,
     /// The file's read path counters (library reads).
     pub tree: Option<Snapshot>,
 }
@@ -280,6 +283,7 @@ impl Sample {
             device_read_requests: m.read_requests,
             device_read_sectors: m.read_sectors,
             own_read_bytes: m.own_read_bytes,
+            daemon_cpu_seconds: m.daemon_cpu.map(|c| c.as_secs_f64()),
             ..Sample::default()
         }
     }
