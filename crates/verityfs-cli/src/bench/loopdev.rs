@@ -5,10 +5,12 @@
 //! else the machine's disk is doing. Everything is removed when the run
 //! ends, however it ends.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use super::measure::run_tool;
 use super::mount::{is_mounted, umount};
 use super::{note, Context, Result};
 
@@ -166,21 +168,7 @@ fn unmount(point: &Path) -> Result<()> {
 /// Runs `program args... path`; fails with its error output unless it
 /// exits 0.
 fn run(program: &str, args: &[&str], path: &Path) -> Result<()> {
-    let output = Command::new(program)
-        .args(args)
-        .arg(path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .output()
-        .ctx(format!("can't run {program}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{program} {} '{}' failed: {}",
-            args.join(" "),
-            path.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
+    let mut all: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    all.push(path.as_os_str());
+    run_tool(program, &all)
 }
