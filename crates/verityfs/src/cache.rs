@@ -159,6 +159,20 @@ impl TreeCache {
         block
     }
 
+    /// Drops `block` from the cache if it is the copy cached under `key`:
+    /// a block that failed its check must not stay, or the file would keep
+    /// failing after its storage is repaired.
+    pub(crate) fn remove(&self, key: BlockKey, block: &Arc<TreeBlock>) {
+        let mut shard = self.shard(key);
+        if !shard.map.get(&key).is_some_and(|b| Arc::ptr_eq(b, block)) {
+            return;
+        }
+        shard.map.remove(&key);
+        shard.clock.retain(|k| *k != key);
+        shard.bytes -= block.data.len();
+        block.cached.store(false, Ordering::Relaxed);
+    }
+
     /// Bytes of blocks held.
     pub(crate) fn bytes(&self) -> usize {
         self.shards
@@ -209,6 +223,20 @@ mod tests {
                 .collect();
             assert_eq!(shards.len(), SHARDS, "file {file}");
         }
+    }
+
+    #[test]
+    fn removes_only_the_copy_it_is_given() {
+        let cache = TreeCache::new(1 << 20);
+        let key = (1, 0);
+        let cached = cache.insert(key, block(1));
+        cache.remove(key, &block(1));
+        assert!(cache.contains(key));
+        cache.remove(key, &cached);
+        assert!(!cache.contains(key) && !cached.is_cached());
+        assert_eq!(cache.bytes(), 0);
+        cache.insert(key, block(2));
+        assert_eq!(cache.get(key).unwrap().data()[0], 2);
     }
 
     #[test]

@@ -378,9 +378,25 @@ impl VerityFile {
         self.check(real, &tree_block.data()[off..][..real.len()], pos, -1)
     }
 
+    /// The verified level-0 tree block `index`. A path that fails its
+    /// check is dropped from the cache and fetched and checked once more
+    /// from storage: an unverified block cached while the storage was bad
+    /// (read ahead with a neighbour) must not fail reads after a repair.
+    fn verified_tree_block(
+        &self,
+        index: u64,
+        data_pos: u64,
+        plan: &mut ReadPlan,
+    ) -> Result<Arc<TreeBlock>> {
+        match self.verified_tree_path(index, data_pos, plan) {
+            Err(Error::Corrupted(_)) => self.verified_tree_path(index, data_pos, plan),
+            verified => verified,
+        }
+    }
+
     /// The verified level-0 tree block `index`: walks up to the first
     /// verified block (or the root hash), then verifies back down.
-    fn verified_tree_block(
+    fn verified_tree_path(
         &self,
         index: u64,
         data_pos: u64,
@@ -412,7 +428,20 @@ impl VerityFile {
                 None => self.descriptor.root_hash().as_bytes(),
             };
             let real = self.hasher.hash_block(block.data());
-            self.check(real.as_bytes(), want, data_pos, lvl as i32)?;
+            if let Err(e) = self.check(real.as_bytes(), want, data_pos, lvl as i32) {
+                // Neither this block nor the unverified ones below it may
+                // stay cached: once the storage is repaired, the next reads
+                // must fetch them again.
+                let below = chain[..lvl]
+                    .iter_mut()
+                    .enumerate()
+                    .filter_map(|(l, b)| Some((l, b.take()?)));
+                for (l, b) in below.chain([(lvl, block)]) {
+                    let key = self.cache_key(l, index >> (la * l as u32));
+                    self.verifier.cache.remove(key, &b);
+                }
+                return Err(e);
+            }
             block.set_verified();
             parent = Some(block);
         }
