@@ -1256,6 +1256,32 @@ fn sigint_unmounts_cleanly() {
 }
 
 #[test]
+fn a_signal_detaches_a_busy_mount_and_the_daemon_exits_after_the_last_close() {
+    let mut m = Mount::new();
+    fs::write(m.path("f"), b"kept").unwrap();
+    let open = File::open(m.path("f")).unwrap();
+    rustix::process::kill_process(m.daemon_pid(), Signal::INT).unwrap();
+    // Busy: retried for a while, then detached.
+    let start = Instant::now();
+    while is_mounted(&m.mnt) {
+        assert!(
+            start.elapsed() < EXIT_TIMEOUT,
+            "still mounted:\n{}",
+            m.log()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(m.daemon_exited().is_none(), "exited with a file open");
+    // The open file is still served, verified as ever.
+    let mut read = String::new();
+    (&open).read_to_string(&mut read).unwrap();
+    assert_eq!(read, "kept");
+    drop(open);
+    let status = m.wait_daemon();
+    assert_eq!(status.code(), Some(0), "{status}:\n{}", m.log());
+}
+
+#[test]
 fn external_umount_ends_the_daemon() {
     let mut m = Mount::new();
     fs::write(m.path("f"), b"kept").unwrap();

@@ -4,10 +4,13 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use fuser::{
     Config, Filesystem, INodeNo, MountOption, Notifier, Session, SessionACL, SessionUnmounter,
 };
+
+use rustix::mount::{unmount, UnmountFlags};
 
 use crate::fs::{MountOptions, VerityFs};
 use crate::image_fs::ImageFs;
@@ -333,18 +336,48 @@ fn serve<FS: Mountable>(
     let mut session = new_session(fs, fsname, mountpoint, options, forced)?;
     let mut unmounter = session.unmount_callable();
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])?;
+    let target = mountpoint.to_path_buf();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             if let Some(signal) = signals.forever().next() {
                 tracing::info!("signal {signal}: unmounting");
                 if let Err(e) = unmounter.unmount() {
-                    tracing::error!("unmount failed: {e}");
+                    unmount_busy(&target, e);
                 }
             }
         })?;
     tracing::info!("serving {fsname} on {}", mountpoint.display());
     session.run()
+}
+
+/// How long a signalled daemon retries unmounting a busy mount before it
+/// detaches it.
+const BUSY_RETRY: Duration = Duration::from_secs(2);
+
+/// Unmounts after a signal when the first attempt failed with `error`. A
+/// file just closed keeps the mount busy for a moment (the kernel releases
+/// it asynchronously), so a busy mount is tried again for a while, then
+/// detached (`umount -l`, as libfuse unmounts): a signal always ends the
+/// mount, and the daemon exits once the files still open are closed.
+fn unmount_busy(mountpoint: &Path, error: io::Error) {
+    let busy = |e: &io::Error| e.raw_os_error() == Some(libc::EBUSY);
+    if !busy(&error) {
+        return tracing::error!("unmount failed: {error}");
+    }
+    let start = Instant::now();
+    while start.elapsed() < BUSY_RETRY {
+        std::thread::sleep(Duration::from_millis(50));
+        match unmount(mountpoint, UnmountFlags::empty()).map_err(io::Error::from) {
+            Err(e) if busy(&e) => continue,
+            Err(e) => return tracing::error!("unmount failed: {e}"),
+            Ok(()) => return,
+        }
+    }
+    tracing::warn!("{} still busy: detaching it", mountpoint.display());
+    if let Err(e) = unmount(mountpoint, UnmountFlags::DETACH) {
+        tracing::error!("detaching failed: {e}");
+    }
 }
 
 /// A mount served by background threads, unmounted when dropped (for tests
