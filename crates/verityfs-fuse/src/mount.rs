@@ -342,8 +342,9 @@ fn serve<FS: Mountable>(
         .spawn(move || {
             if let Some(signal) = signals.forever().next() {
                 tracing::info!("signal {signal}: unmounting");
-                if let Err(e) = unmounter.unmount() {
-                    unmount_busy(&target, e);
+                let unmounted = unmounter.unmount();
+                if let Err(e) = unmounted.or_else(|e| unmount_busy(&target, e)) {
+                    tracing::error!("unmount failed: {e}");
                 }
             }
         })?;
@@ -355,35 +356,34 @@ fn serve<FS: Mountable>(
 /// detaches it.
 const BUSY_RETRY: Duration = Duration::from_secs(2);
 
-/// Unmounts after a signal when the first attempt failed with `error`. A
-/// file just closed keeps the mount busy for a moment (the kernel releases
-/// it asynchronously), so a busy mount is tried again for a while, then
-/// detached (`umount -l`, as libfuse unmounts): a signal always ends the
-/// mount, and the daemon exits once the files still open are closed.
-fn unmount_busy(mountpoint: &Path, error: io::Error) {
+/// Unmounts a mount whose first unmount failed with `error`. A file just
+/// closed keeps the mount busy for a moment (the kernel releases it
+/// asynchronously), so a busy mount is tried again for a while, then
+/// detached (`umount -l`, as libfuse unmounts): a signal or a dropped
+/// mount always ends the mount, and its server stops once the files still
+/// open are closed. Other errors are returned as they are.
+fn unmount_busy(mountpoint: &Path, error: io::Error) -> io::Result<()> {
     let busy = |e: &io::Error| e.raw_os_error() == Some(libc::EBUSY);
     if !busy(&error) {
-        return tracing::error!("unmount failed: {error}");
+        return Err(error);
     }
     let start = Instant::now();
     while start.elapsed() < BUSY_RETRY {
         std::thread::sleep(Duration::from_millis(50));
         match unmount(mountpoint, UnmountFlags::empty()).map_err(io::Error::from) {
             Err(e) if busy(&e) => continue,
-            Err(e) => return tracing::error!("unmount failed: {e}"),
-            Ok(()) => return,
+            unmounted => return unmounted,
         }
     }
     tracing::warn!("{} still busy: detaching it", mountpoint.display());
-    if let Err(e) = unmount(mountpoint, UnmountFlags::DETACH) {
-        tracing::error!("detaching failed: {e}");
-    }
+    Ok(unmount(mountpoint, UnmountFlags::DETACH)?)
 }
 
 /// A mount served by background threads, unmounted when dropped (for tests
 /// and programs embedding the filesystem).
 pub struct BackgroundMount {
     session: Option<fuser::BackgroundSession>,
+    mountpoint: PathBuf,
 }
 
 impl BackgroundMount {
@@ -395,6 +395,7 @@ impl BackgroundMount {
         let session = new_session(fs, &fsname, &mountpoint, &options, &[])?.spawn()?;
         Ok(BackgroundMount {
             session: Some(session),
+            mountpoint,
         })
     }
 
@@ -411,19 +412,31 @@ impl BackgroundMount {
         let session = new_session(fs, name, &mountpoint, &options, IMAGE_FORCED)?.spawn()?;
         Ok(BackgroundMount {
             session: Some(session),
+            mountpoint,
         })
     }
 
     /// Unmounts and waits for the serving threads.
     pub fn unmount(mut self) -> io::Result<()> {
-        self.session.take().map_or(Ok(()), |s| s.umount_and_join())
+        self.end()
+    }
+
+    /// Unmounts it, if still mounted, and waits for its server to stop
+    /// (unless the mount had to be detached while busy).
+    fn end(&mut self) -> io::Result<()> {
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        session
+            .umount_and_join()
+            .or_else(|e| unmount_busy(&self.mountpoint, e))
     }
 }
 
 impl Drop for BackgroundMount {
     fn drop(&mut self) {
-        if let Some(session) = self.session.take() {
-            let _ = session.umount_and_join();
+        if let Err(e) = self.end() {
+            tracing::error!("unmounting {} failed: {e}", self.mountpoint.display());
         }
     }
 }

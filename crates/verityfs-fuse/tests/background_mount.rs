@@ -307,6 +307,18 @@ fn tampered_backing_data_fails_its_reads_with_eio() {
 }
 
 #[test]
+fn dropping_a_busy_mount_detaches_it() {
+    let mut fixture = Fixture::new();
+    fs::write(fixture.path("kept"), b"kept").unwrap();
+    let open = File::open(fixture.path("kept")).unwrap();
+    // Busy: retried for a while, then detached; the open file still reads.
+    fixture.unmount();
+    let mut read = Vec::new();
+    (&open).read_to_end(&mut read).unwrap();
+    assert_eq!(read, b"kept");
+}
+
+#[test]
 fn dropping_or_unmounting_the_mount_unmounts_it() {
     let mut fixture = Fixture::new();
     fs::write(fixture.path("kept"), b"kept").unwrap();
