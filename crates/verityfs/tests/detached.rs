@@ -13,7 +13,6 @@ mod common;
 
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -85,18 +84,6 @@ impl Shipped {
     }
 }
 
-/// XORs byte `pos` of `path` with 0x01.
-fn flip(path: &Path, pos: u64) {
-    let file = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8];
-    file.read_exact_at(&mut b, pos).unwrap();
-    file.write_all_at(&[b[0] ^ 1], pos).unwrap();
-}
-
 fn sizes_and_params() -> Vec<(usize, Vec<&'static str>)> {
     vec![
         (0, vec![]),
@@ -157,7 +144,7 @@ fn corrupted_data_fails_at_the_first_bad_block() {
         let s = ship(common::random_bytes(size, 7), &params);
         let bs = s.open().unwrap().geometry().block_size() as u64;
         for bad in [size as u64 - 1, size as u64 / 2, 0] {
-            flip(&s.data, bad);
+            common::flip(&s.data, bad);
             let (got, err) = s.read_all();
             let err = err.unwrap_or_else(|| panic!("{size} {params:?}: byte {bad} not caught"));
             assert_eq!(err.kind(), io::ErrorKind::InvalidData);
@@ -174,7 +161,7 @@ fn corrupted_data_fails_at_the_first_bad_block() {
             let inner = err.get_ref().unwrap().downcast_ref::<Error>().unwrap();
             assert_eq!(inner.errno(), libc::EIO);
             assert!(err.to_string().contains("FILE CORRUPTED! pos="), "{err}");
-            flip(&s.data, bad);
+            common::flip(&s.data, bad);
         }
     }
 }
@@ -197,7 +184,7 @@ fn corrupted_tree_fails_at_the_first_block_it_covers() {
             let index = info.num_blocks - 1;
             let tree_pos = (info.start_block + index) * bs + 3;
             let first_data_block = index << (log_arity * (level as u32 + 1));
-            flip(&s.tree, tree_pos);
+            common::flip(&s.tree, tree_pos);
             let (got, err) = s.read_all();
             let err = err.expect("tree damage not caught");
             let c = verityfs::corruption(&err).unwrap();
@@ -208,7 +195,7 @@ fn corrupted_tree_fails_at_the_first_block_it_covers() {
             );
             assert_eq!(got.len() as u64, first_data_block * bs);
             assert!(got == s.bytes[..got.len()]);
-            flip(&s.tree, tree_pos);
+            common::flip(&s.tree, tree_pos);
         }
     }
 }
@@ -319,7 +306,7 @@ fn example_streams_verified_data_and_checks_the_digest() {
 #[test]
 fn example_stops_at_corruption() {
     let s = ship(common::random_bytes(2_500_000, 12), &[]);
-    flip(&s.data, 1_234_567);
+    common::flip(&s.data, 1_234_567);
     let out = verify_download(&s, Some(&s.digest));
     assert_eq!(out.status, 1);
     let bad_block = 1_234_567 / 4096 * 4096;

@@ -1,7 +1,9 @@
 //! Images: publishing a real directory tree, reading it back verified, the
 //! digests `fsverity digest` computes, tampering, and malformed manifests.
 
-use std::fs::{self, File, OpenOptions};
+mod common;
+
+use std::fs::{self, File};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{symlink, FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -236,17 +238,6 @@ fn digests_are_those_of_fsverity_digest() {
     digests_match_fsverity(&params, &args);
 }
 
-fn flip_byte(path: &Path, pos: u64) {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8];
-    file.read_exact_at(&mut b, pos).unwrap();
-    file.write_all_at(&[b[0] ^ 0x40], pos).unwrap();
-}
-
 fn assert_corrupted<T>(result: verityfs::Result<T>, what: &str) {
     match result {
         Err(Error::Corrupted(c)) => eprintln!("{what}: {c}"),
@@ -272,9 +263,9 @@ fn tampered_manifest_is_refused() {
         ("manifest tree", location.tree_pos + 5),
         ("manifest root hash", location.desc_pos + 20),
     ] {
-        flip_byte(&path, pos);
+        common::flip(&path, pos);
         assert_corrupted(image.manifest(), what);
-        flip_byte(&path, pos);
+        common::flip(&path, pos);
     }
     image.manifest().unwrap();
     let wrong: ExpectedDigest = format!("sha256:{}", "00".repeat(32)).parse().unwrap();
@@ -294,12 +285,12 @@ fn tampered_object_is_refused() {
         ("object tree", l.tree_pos + l.tree_size - 10),
         ("object root hash", l.desc_pos + 40),
     ] {
-        flip_byte(&path, pos);
+        common::flip(&path, pos);
         assert_corrupted(
             image.open(&manifest, "big.bin").and_then(|f| read_all(&f)),
             what,
         );
-        flip_byte(&path, pos);
+        common::flip(&path, pos);
     }
     let file = image.open(&manifest, "big.bin").unwrap();
     assert_eq!(

@@ -5,6 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -60,4 +61,16 @@ pub fn build(data: &[u8], params: &MerkleTreeParams) -> (Descriptor, Vec<u8>) {
 /// The fs-verity digest of `data` with `params`.
 pub fn expected_digest(data: &[u8], params: &MerkleTreeParams) -> Digest {
     build(data, params).0.file_digest()
+}
+
+/// Changes byte `pos` of `path` (XOR 0x40); a second call restores it.
+pub fn flip(path: &Path, pos: u64) {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8];
+    file.read_exact_at(&mut b, pos).unwrap();
+    file.write_all_at(&[b[0] ^ 0x40], pos).unwrap();
 }
