@@ -370,13 +370,13 @@ fn unmount_busy(mountpoint: &Path, error: io::Error) -> io::Result<()> {
     let start = Instant::now();
     while start.elapsed() < BUSY_RETRY {
         std::thread::sleep(Duration::from_millis(50));
-        match unmount(mountpoint, UnmountFlags::empty()).map_err(io::Error::from) {
+        match unmount(mountpoint, UnmountFlags::NOFOLLOW).map_err(io::Error::from) {
             Err(e) if busy(&e) => continue,
             unmounted => return unmounted,
         }
     }
     tracing::warn!("{} still busy: detaching it", mountpoint.display());
-    Ok(unmount(mountpoint, UnmountFlags::DETACH)?)
+    Ok(unmount(mountpoint, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW)?)
 }
 
 /// A mount served by background threads, unmounted when dropped (for tests
