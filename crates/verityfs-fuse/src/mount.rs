@@ -376,7 +376,10 @@ fn unmount_busy(mountpoint: &Path, error: io::Error) -> io::Result<()> {
         }
     }
     tracing::warn!("{} still busy: detaching it", mountpoint.display());
-    Ok(unmount(mountpoint, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW)?)
+    Ok(unmount(
+        mountpoint,
+        UnmountFlags::DETACH | UnmountFlags::NOFOLLOW,
+    )?)
 }
 
 /// A mount served by background threads, unmounted when dropped (for tests

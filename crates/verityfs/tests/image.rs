@@ -664,3 +664,34 @@ fn an_object_read_through_another_source() {
         );
     }
 }
+
+#[test]
+fn a_directory_store_opens_only_regular_files_beneath_it() {
+    use verityfs::image::{DirStore, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let outside = dir.path().join("outside");
+    fs::write(&outside, b"secret").unwrap();
+    let image = dir.path().join("image");
+    fs::create_dir_all(image.join("objects")).unwrap();
+    fs::write(image.join("objects/plain"), b"object").unwrap();
+    symlink(&outside, image.join("objects/link")).unwrap();
+    symlink(dir.path(), image.join("up")).unwrap();
+    let fifo = image.join("objects/fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let store = DirStore::new(&image).unwrap();
+    assert!(store.open("objects/plain").is_ok());
+    for refused in [
+        "objects/link",
+        "up/outside",
+        "../outside",
+        "objects/fifo",
+        "objects",
+    ] {
+        // A FIFO would block the open forever: this returns at once.
+        assert!(store.open(refused).is_err(), "{refused}");
+    }
+}

@@ -9,7 +9,7 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Arc;
 
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 
 use crate::source::Source;
 
@@ -40,9 +40,18 @@ impl DirStore {
 }
 
 impl Store for DirStore {
+    /// Whoever can write the image directory must not make the reader
+    /// (perhaps a root daemon) follow a symlink out of it, block on a FIFO
+    /// or open a device: the path stays beneath the directory without
+    /// symlinks, the open does not wait, and only a regular file is kept.
     fn open(&self, path: &str) -> io::Result<Arc<dyn Source>> {
-        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&self.dir, path, flags, Mode::empty())?;
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let resolve =
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let fd = rustix::fs::openat2(&self.dir, path, flags, Mode::empty(), resolve)?;
+        if !FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode).is_file() {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         Ok(Arc::new(File::from(fd)))
     }
 }
