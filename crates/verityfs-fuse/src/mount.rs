@@ -334,16 +334,16 @@ fn serve<FS: Mountable>(
     // Modes from the kernel are already masked with the caller's umask.
     rustix::process::umask(rustix::fs::Mode::empty());
     let mut session = new_session(fs, fsname, mountpoint, options, forced)?;
+    let ours = OurMount::at(mountpoint);
     let mut unmounter = session.unmount_callable();
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])?;
-    let target = mountpoint.to_path_buf();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             if let Some(signal) = signals.forever().next() {
                 tracing::info!("signal {signal}: unmounting");
                 let unmounted = unmounter.unmount();
-                if let Err(e) = unmounted.or_else(|e| unmount_busy(&target, e)) {
+                if let Err(e) = unmounted.or_else(|e| ours.unmount_busy(e)) {
                     tracing::error!("unmount failed: {e}");
                 }
             }
@@ -356,37 +356,67 @@ fn serve<FS: Mountable>(
 /// detaches it.
 const BUSY_RETRY: Duration = Duration::from_secs(2);
 
-/// Unmounts a mount whose first unmount failed with `error`. A file just
-/// closed keeps the mount busy for a moment (the kernel releases it
-/// asynchronously), so a busy mount is tried again for a while, then
-/// detached (`umount -l`, as libfuse unmounts): a signal or a dropped
-/// mount always ends the mount, and its server stops once the files still
-/// open are closed. Other errors are returned as they are.
-fn unmount_busy(mountpoint: &Path, error: io::Error) -> io::Result<()> {
-    let busy = |e: &io::Error| e.raw_os_error() == Some(libc::EBUSY);
-    if !busy(&error) {
-        return Err(error);
-    }
-    let start = Instant::now();
-    while start.elapsed() < BUSY_RETRY {
-        std::thread::sleep(Duration::from_millis(50));
-        match unmount(mountpoint, UnmountFlags::NOFOLLOW).map_err(io::Error::from) {
-            Err(e) if busy(&e) => continue,
-            unmounted => return unmounted,
+/// Our mount, as the name and device it had when it was made.
+struct OurMount {
+    point: PathBuf,
+    device: Option<String>,
+}
+
+impl OurMount {
+    /// The mount just made on `point`.
+    fn at(point: &Path) -> OurMount {
+        let device = mount_device(point);
+        OurMount {
+            point: point.to_path_buf(),
+            device,
         }
     }
-    tracing::warn!("{} still busy: detaching it", mountpoint.display());
-    Ok(unmount(
-        mountpoint,
-        UnmountFlags::DETACH | UnmountFlags::NOFOLLOW,
-    )?)
+
+    /// Whether its name still leads to it: a user owning a parent
+    /// directory can move the mount and put another one (or a symlink to
+    /// one) in its place, which root must not unmount.
+    fn still_there(&self) -> bool {
+        self.device.is_some() && mount_device(&self.point) == self.device
+    }
+
+    /// Unmounts it after a first unmount failed with `error`. A file just
+    /// closed keeps the mount busy for a moment (the kernel releases it
+    /// asynchronously), so a busy mount is tried again for a while, then
+    /// detached (`umount -l`, as libfuse unmounts): a signal or a dropped
+    /// mount ends the mount, and its server stops once the files still
+    /// open are closed. Every attempt is by name, as root: only while the
+    /// name still leads to our mount, never through a final symlink.
+    fn unmount_busy(&self, error: io::Error) -> io::Result<()> {
+        let busy = |e: &io::Error| e.raw_os_error() == Some(libc::EBUSY);
+        if !busy(&error) {
+            return Err(error);
+        }
+        let start = Instant::now();
+        while start.elapsed() < BUSY_RETRY {
+            std::thread::sleep(Duration::from_millis(50));
+            match self.unmount(UnmountFlags::empty()) {
+                Err(e) if busy(&e) => continue,
+                unmounted => return unmounted,
+            }
+        }
+        tracing::warn!("{} still busy: detaching it", self.point.display());
+        self.unmount(UnmountFlags::DETACH)
+    }
+
+    fn unmount(&self, flags: UnmountFlags) -> io::Result<()> {
+        if !self.still_there() {
+            let moved = format!("{} no longer leads to this mount", self.point.display());
+            return Err(io::Error::other(moved));
+        }
+        Ok(unmount(&self.point, flags | UnmountFlags::NOFOLLOW)?)
+    }
 }
 
 /// A mount served by background threads, unmounted when dropped (for tests
 /// and programs embedding the filesystem).
 pub struct BackgroundMount {
     session: Option<fuser::BackgroundSession>,
-    mountpoint: PathBuf,
+    ours: OurMount,
 }
 
 impl BackgroundMount {
@@ -398,7 +428,7 @@ impl BackgroundMount {
         let session = new_session(fs, &fsname, &mountpoint, &options, &[])?.spawn()?;
         Ok(BackgroundMount {
             session: Some(session),
-            mountpoint,
+            ours: OurMount::at(&mountpoint),
         })
     }
 
@@ -415,7 +445,7 @@ impl BackgroundMount {
         let session = new_session(fs, name, &mountpoint, &options, IMAGE_FORCED)?.spawn()?;
         Ok(BackgroundMount {
             session: Some(session),
-            mountpoint,
+            ours: OurMount::at(&mountpoint),
         })
     }
 
@@ -432,14 +462,14 @@ impl BackgroundMount {
         };
         session
             .umount_and_join()
-            .or_else(|e| unmount_busy(&self.mountpoint, e))
+            .or_else(|e| self.ours.unmount_busy(e))
     }
 }
 
 impl Drop for BackgroundMount {
     fn drop(&mut self) {
         if let Err(e) = self.end() {
-            tracing::error!("unmounting {} failed: {e}", self.mountpoint.display());
+            tracing::error!("unmounting {} failed: {e}", self.ours.point.display());
         }
     }
 }

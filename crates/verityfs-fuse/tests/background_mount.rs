@@ -319,6 +319,47 @@ fn dropping_a_busy_mount_detaches_it() {
 }
 
 #[test]
+fn a_busy_mount_moved_away_from_its_name_is_not_unmounted_by_that_name() {
+    let mut fixture = Fixture::new();
+    fs::write(fixture.path("kept"), b"kept").unwrap();
+    let open = File::open(fixture.path("kept")).unwrap();
+    // The directory holding the mount point moves; at the old name, a busy
+    // mount of someone else's.
+    let home = fixture._dir.path().to_path_buf();
+    let moved = home.with_extension("moved");
+    fs::rename(&home, &moved).unwrap();
+    fs::create_dir_all(&fixture.mountpoint).unwrap();
+    let victim = &fixture.mountpoint;
+    let tmpfs = Command::new("mount")
+        .args(["-t", "tmpfs", "victim"])
+        .arg(victim)
+        .status();
+    assert!(tmpfs.unwrap().success(), "mounting a tmpfs");
+    let victim_busy = File::create(victim.join("busy")).unwrap();
+    let result = fixture.mount.take().unwrap().unmount();
+    assert!(
+        result.is_err(),
+        "unmounted by a name that no longer leads to it"
+    );
+    assert!(
+        is_mounted(victim),
+        "the mount now at the old name was detached"
+    );
+    let moved_mnt = moved.join("mnt");
+    assert!(is_mounted(&moved_mnt), "our mount was detached anyway");
+    drop((open, victim_busy));
+    for point in [victim, &moved_mnt] {
+        Command::new("umount")
+            .arg("-l")
+            .arg(point)
+            .status()
+            .unwrap();
+    }
+    fs::remove_dir_all(&home).unwrap();
+    fs::rename(&moved, &home).unwrap();
+}
+
+#[test]
 fn dropping_or_unmounting_the_mount_unmounts_it() {
     let mut fixture = Fixture::new();
     fs::write(fixture.path("kept"), b"kept").unwrap();
