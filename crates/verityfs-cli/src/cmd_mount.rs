@@ -6,10 +6,12 @@
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use verityfs::signature::Certificate;
 use verityfs::{Error as LibError, ExpectedDigest};
 use verityfs_fuse::{ImageFs, MountOptions};
+use verityfs_remote::RemoteOptions;
 
 use crate::commands::Command;
 use crate::error::{Error, Result};
@@ -34,6 +36,10 @@ pub struct MountArgs {
     digest: Option<ExpectedDigest>,
     /// The first option given that only a backing directory takes.
     backing_only: Option<&'static str>,
+    /// The limits of a remote image.
+    remote: RemoteOptions,
+    /// The first option given that only a remote image takes.
+    remote_only: Option<&'static str>,
 }
 
 impl Args for MountArgs {
@@ -150,6 +156,25 @@ impl Args for MountArgs {
                 Ok(())
             },
         ),
+        Opt::<Self>::value(
+            "timeout",
+            "SECONDS",
+            "For an image over HTTP or S3: the longest a read waits for the network, \
+             retries included (default 30)",
+            |a, v| match v.to_string_lossy().parse::<f64>() {
+                Ok(secs) if (0.1..=3600.0).contains(&secs) => {
+                    a.remote.timeout = Duration::from_secs_f64(secs);
+                    a.remote_only.get_or_insert("--timeout");
+                    Ok(())
+                }
+                _ => Err(Error::usage_msg(quote(
+                    "invalid timeout: ",
+                    &v,
+                    " (0.1 to 3600 seconds)",
+                ))),
+            },
+        )
+        .doc("Then the read fails with EIO; the mount goes on serving other reads."),
     ];
     const OPERANDS: &'static [Operand] = &[
         Operand::one(
@@ -182,6 +207,7 @@ impl Args for MountArgs {
 
 impl MountArgs {
     fn mount_backing(self, backing: OsString, mountpoint: OsString) -> Result<()> {
+        self.refuse_remote_only()?;
         if backing.is_empty() {
             // As `${BACKING}` expands in the systemd unit when the
             // configuration file does not set it.
@@ -196,6 +222,16 @@ impl MountArgs {
             .map_err(|e| mount_error(&e, &mountpoint, made_mountpoint))
     }
 
+    /// A usage error if an option for remote images was given.
+    fn refuse_remote_only(&self) -> Result<()> {
+        match self.remote_only {
+            Some(option) => Err(Error::usage_msg(format!(
+                "{option} applies to images over HTTP or S3"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Checks the image at `location` against `digest`, then serves it.
     fn mount_image(
         self,
@@ -208,8 +244,11 @@ impl MountArgs {
                 "{option} applies to backing directories, not to images"
             )));
         }
+        if let ImageLocation::Dir(_) = location {
+            self.refuse_remote_only()?;
+        }
         let name = location.name();
-        let fs = ImageFs::open(location.store()?, digest, self.options.read)
+        let fs = ImageFs::open(location.store(&self.remote)?, digest, self.options.read)
             .map_err(|e| image_error(e, &name))?;
         let made_mountpoint = prepare_mountpoint(&mountpoint)?;
         crate::notify::ready_when_mounted(&mountpoint);

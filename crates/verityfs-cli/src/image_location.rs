@@ -1,12 +1,13 @@
-//! Where `verityfs mount --digest` finds an image: a local directory (as
-//! `verityfs publish` writes it) now; a web server or an S3 bucket are
-//! parsed already, so that they get a clear answer until they are served.
+//! Where `verityfs mount --digest` finds an image, and where `verityfs
+//! publish` writes one: a local directory, a web server (read only) or an
+//! S3 bucket.
 
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use verityfs::image::{DirStore, Store};
+use verityfs_remote::{RemoteOptions, RemoteStore};
 
 use crate::error::{Error, Result};
 use crate::output::quote;
@@ -39,20 +40,24 @@ impl ImageLocation {
         }
     }
 
-    /// How the image's files are read: a usage error for the locations
-    /// not served yet.
-    pub fn store(&self) -> Result<Arc<dyn Store>> {
+    /// How the image's files are read (a remote image: within `remote`'s
+    /// limits).
+    pub fn store(&self, remote: &RemoteOptions) -> Result<Arc<dyn Store>> {
+        let opened: std::io::Result<Arc<dyn Store>> = match self {
+            ImageLocation::Dir(dir) => DirStore::new(dir).map(|s| Arc::new(s) as _),
+            ImageLocation::Http(_) | ImageLocation::S3(_) => {
+                self.remote(remote).map(|s| Arc::new(s) as _)
+            }
+        };
+        opened.map_err(|e| Error::io(quote("can't open image '", &self.name(), "'"), &e))
+    }
+
+    /// The remote store of an `http(s)://` or `s3://` location.
+    pub fn remote(&self, options: &RemoteOptions) -> std::io::Result<RemoteStore> {
         match self {
-            ImageLocation::Dir(dir) => match DirStore::new(dir) {
-                Ok(store) => Ok(Arc::new(store)),
-                Err(e) => Err(Error::io(
-                    quote("can't open image '", dir.as_os_str(), "'"),
-                    &e,
-                )),
-            },
-            ImageLocation::Http(url) | ImageLocation::S3(url) => Err(Error::usage_msg(format!(
-                "{url}: images over HTTP and S3 are not supported yet (give a local directory)"
-            ))),
+            ImageLocation::Http(url) => RemoteStore::http(url, options.clone()),
+            ImageLocation::S3(url) => RemoteStore::s3(url, options.clone()),
+            ImageLocation::Dir(_) => Err(std::io::ErrorKind::Unsupported.into()),
         }
     }
 
@@ -85,7 +90,5 @@ mod tests {
         assert_eq!(parse("s3://b/p"), ImageLocation::S3("s3://b/p".into()));
         assert_eq!(parse("images/x"), ImageLocation::Dir("images/x".into()));
         assert_eq!(parse("https:x"), ImageLocation::Dir("https:x".into()));
-        let e = parse("s3://b/p").store().err().unwrap();
-        assert_eq!(e.exit_status(), crate::error::EXIT_USAGE);
     }
 }

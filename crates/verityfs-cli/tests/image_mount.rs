@@ -282,7 +282,7 @@ fn a_wrong_digest_is_refused_before_mounting() {
 }
 
 #[test]
-fn images_need_a_valid_digest_and_a_local_directory() {
+fn images_need_a_valid_digest_and_options_for_their_kind() {
     let image = Image::publish();
     let mnt = image.image.with_file_name("mnt");
     let usage = |args: &[&str], source: &Path, message: &str| {
@@ -294,13 +294,22 @@ fn images_need_a_valid_digest_and_a_local_directory() {
     let good = format!("--digest={}", image.digest);
     usage(&["--digest=sha256:xyz"], &image.image, "invalid digest");
     let url = Path::new("https://example.com/image");
-    usage(&[&good], url, "not supported yet");
-    usage(
-        &[&good],
-        Path::new("s3://bucket/image"),
-        "not supported yet",
-    );
     usage(&[], url, "an image needs --digest");
+    usage(&[&good, "--timeout=0"], url, "invalid timeout");
+    usage(
+        &[&good, "--timeout=5"],
+        &image.image,
+        "--timeout applies to images over HTTP or S3",
+    );
+    // Nothing listens there: the mount fails at once, naming the image.
+    let refused = Path::new("http://127.0.0.1:1/image");
+    let out = mount_image(refused, &mnt, &[&good, "--timeout=5"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("can't read the manifest of image 'http://127.0.0.1:1/image'"),
+        "{stderr}"
+    );
     usage(
         &[&good, "--create"],
         &image.image,

@@ -398,7 +398,7 @@ impl VerityFile {
 /// The range (start, length) of the backing file worth fetching with the
 /// descriptor when the file is opened: all of a small file, the tree of a
 /// mid-sized one.
-fn open_prefetch(location: &Location) -> Option<(u64, u64)> {
+pub(crate) fn open_prefetch(location: &Location) -> Option<(u64, u64)> {
     let end = location.desc_pos + u64::from(location.desc_size);
     match end {
         _ if end <= WHOLE_FILE_PREFETCH_BYTES => Some((0, end)),

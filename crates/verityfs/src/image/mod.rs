@@ -141,6 +141,11 @@ fn open_checked(
     name: &Path,
     trusted: impl FnOnce(&VerityFile) -> std::result::Result<(), Digest>,
 ) -> Result<VerityFile> {
+    // Before the descriptor is read, so that a remote source fetches it in
+    // the same request as the rest (all of a small file, or the tree).
+    if let Some((start, len)) = crate::open::open_prefetch(&location) {
+        source.prefetch(start, len);
+    }
     let mut descriptor = vec![0u8; location.desc_size as usize];
     source
         .read_exact_at(&mut descriptor, location.desc_pos)
