@@ -6,8 +6,10 @@
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
+use verityfs::image::Store;
 use verityfs::signature::Certificate;
 use verityfs::{Error as LibError, ExpectedDigest};
 use verityfs_fuse::{ImageFs, MountOptions};
@@ -15,7 +17,7 @@ use verityfs_remote::RemoteOptions;
 
 use crate::commands::Command;
 use crate::error::{Error, Result};
-use crate::image_location::ImageLocation;
+use crate::image_location::{DiskCacheArgs, ImageLocation};
 use crate::opts::{exactly, Args, Hint, Operand, Opt};
 use crate::output::quote;
 
@@ -40,6 +42,9 @@ pub struct MountArgs {
     remote: RemoteOptions,
     /// The first option given that only a remote image takes.
     remote_only: Option<&'static str>,
+    /// `--cache-dir`, and `--cache-max` (default 1 GiB).
+    disk_cache: Option<PathBuf>,
+    cache_max: Option<u64>,
 }
 
 impl Args for MountArgs {
@@ -175,6 +180,34 @@ impl Args for MountArgs {
             },
         )
         .doc("Then the read fails with EIO; the mount goes on serving other reads."),
+        Opt::<Self>::value(
+            "cache-dir",
+            "DIR",
+            "For an image over HTTP or S3: keep what is fetched in DIR (created if missing), \
+             so that a second read, after a remount too, costs no network",
+            |a, v| {
+                a.disk_cache = Some(PathBuf::from(v));
+                a.remote_only.get_or_insert("--cache-dir");
+                Ok(())
+            },
+        )
+        .hint(Hint::Dir)
+        .doc(
+            "Files are named by their contents' digest and shared by the images cached in DIR; \
+             what is read from it is verified like what comes from the network (a block that \
+             fails is fetched again), and it works offline for what it holds.",
+        ),
+        Opt::<Self>::value(
+            "cache-max",
+            "BYTES",
+            "The most the --cache-dir may take, with a K, M or G suffix (default 1G); the \
+             least recently used files go first",
+            |a, v| {
+                a.cache_max = Some(parse_size(&v.to_string_lossy())? as u64);
+                a.remote_only.get_or_insert("--cache-max");
+                Ok(())
+            },
+        ),
     ];
     const OPERANDS: &'static [Operand] = &[
         Operand::one(
@@ -222,6 +255,19 @@ impl MountArgs {
             .map_err(|e| mount_error(&e, &mountpoint, made_mountpoint))
     }
 
+    /// How the image at `location` is read.
+    fn store(&self, location: &ImageLocation, digest: &ExpectedDigest) -> Result<Arc<dyn Store>> {
+        let cache = match (&self.disk_cache, self.cache_max) {
+            (Some(dir), max) => Some(DiskCacheArgs {
+                dir: dir.clone(),
+                max: max.unwrap_or(1 << 30),
+            }),
+            (None, Some(_)) => return Err(Error::usage_msg("--cache-max needs --cache-dir")),
+            (None, None) => None,
+        };
+        location.store(&self.remote, cache.as_ref(), digest)
+    }
+
     /// A usage error if an option for remote images was given.
     fn refuse_remote_only(&self) -> Result<()> {
         match self.remote_only {
@@ -248,7 +294,7 @@ impl MountArgs {
             self.refuse_remote_only()?;
         }
         let name = location.name();
-        let fs = ImageFs::open(location.store(&self.remote)?, digest, self.options.read)
+        let fs = ImageFs::open(self.store(location, digest)?, digest, self.options.read)
             .map_err(|e| image_error(e, &name))?;
         let made_mountpoint = prepare_mountpoint(&mountpoint)?;
         crate::notify::ready_when_mounted(&mountpoint);

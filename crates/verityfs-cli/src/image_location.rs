@@ -7,10 +7,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use verityfs::image::{DirStore, Store};
+use verityfs::ExpectedDigest;
 use verityfs_remote::{RemoteOptions, RemoteStore};
 
 use crate::error::{Error, Result};
 use crate::output::quote;
+
+/// Where a remote image's fetched bytes are kept (`--cache-dir`).
+#[derive(Debug)]
+pub struct DiskCacheArgs {
+    /// The directory.
+    pub dir: PathBuf,
+    /// The most bytes it may take.
+    pub max: u64,
+}
 
 /// An image's location, as given on the command line.
 #[derive(Debug, PartialEq, Eq)]
@@ -41,13 +51,21 @@ impl ImageLocation {
     }
 
     /// How the image's files are read (a remote image: within `remote`'s
-    /// limits).
-    pub fn store(&self, remote: &RemoteOptions) -> Result<Arc<dyn Store>> {
-        let opened: std::io::Result<Arc<dyn Store>> = match self {
-            ImageLocation::Dir(dir) => DirStore::new(dir).map(|s| Arc::new(s) as _),
-            ImageLocation::Http(_) | ImageLocation::S3(_) => {
-                self.remote(remote).map(|s| Arc::new(s) as _)
-            }
+    /// limits, keeping what it fetches in `cache` if given, for the image
+    /// whose manifest has the digest `digest`).
+    pub fn store(
+        &self,
+        remote: &RemoteOptions,
+        cache: Option<&DiskCacheArgs>,
+        digest: &ExpectedDigest,
+    ) -> Result<Arc<dyn Store>> {
+        let opened: std::io::Result<Arc<dyn Store>> = match (self, cache) {
+            (ImageLocation::Dir(dir), _) => DirStore::new(dir).map(|s| Arc::new(s) as _),
+            (_, None) => self.remote(remote).map(|s| Arc::new(s) as _),
+            (_, Some(cache)) => self.remote(remote).and_then(|s| {
+                let s = s.with_cache(&cache.dir, cache.max, &digest.to_string())?;
+                Ok(Arc::new(s) as _)
+            }),
         };
         opened.map_err(|e| Error::io(quote("can't open image '", &self.name(), "'"), &e))
     }

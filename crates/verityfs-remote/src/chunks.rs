@@ -161,6 +161,11 @@ impl Chunks {
         }
     }
 
+    /// Drops chunk `key` (its bytes failed verification).
+    pub(crate) fn forget(&self, key: Key) {
+        self.lock().slots.remove(&key);
+    }
+
     /// How many more chunks may be fetched ahead now: read-ahead takes at
     /// most half the budget, so that what readers wait for always fits.
     pub(crate) fn room_ahead(&self) -> usize {

@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 mod chunks;
+mod disk;
 mod errors;
 mod object;
 mod options;

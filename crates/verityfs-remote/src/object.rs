@@ -21,6 +21,7 @@ use object_store::{GetOptions, GetRange, ObjectStore};
 use verityfs::Source;
 
 use crate::chunks::{Key, Slot, CHUNK};
+use crate::disk::CachedObject;
 use crate::errors::{io_error, past_end};
 use crate::runtime::within;
 use crate::store::Remote;
@@ -44,17 +45,26 @@ pub(crate) struct Object {
     stream: Mutex<(u64, u64)>,
     /// The end of the object, when [`Source::size`] had to ask for it.
     tail: std::sync::OnceLock<(u64, Bytes)>,
+    /// Its bytes on disk, with a cache directory.
+    disk: Option<Arc<CachedObject>>,
 }
 
 impl Object {
-    pub(crate) fn new(remote: Arc<Remote>, path: Path, id: u64) -> Self {
+    pub(crate) fn new(
+        remote: Arc<Remote>,
+        path: Path,
+        id: u64,
+        disk: Option<Arc<CachedObject>>,
+    ) -> Self {
+        let size = disk.as_ref().and_then(|d| d.size()).unwrap_or(UNKNOWN);
         Object {
             remote,
             path,
             id,
-            size: Arc::new(AtomicU64::new(UNKNOWN)),
+            size: Arc::new(AtomicU64::new(size)),
             stream: Mutex::new((0, WINDOW.start)),
             tail: std::sync::OnceLock::new(),
+            disk,
         }
     }
 
@@ -72,7 +82,13 @@ impl Object {
 
     /// Fetches `range` now, on the calling thread.
     fn fetch_now(&self, range: GetRange) -> io::Result<Bytes> {
-        let fetch = fetch(&self.remote.store, &self.path, range, &self.size);
+        let fetch = fetch(
+            &self.remote.store,
+            &self.path,
+            range,
+            &self.size,
+            self.disk.as_deref(),
+        );
         self.remote.rt.block_on(self.remote.options.timeout, fetch)
     }
 
@@ -80,11 +96,27 @@ impl Object {
     fn spawn_fetch(&self, chunk: u64, slot: Arc<Slot>) {
         let (store, chunks) = (self.remote.store.clone(), self.remote.chunks.clone());
         let (path, size) = (self.path.clone(), self.size.clone());
-        let (key, limit) = (self.key(chunk), self.remote.options.timeout);
+        let (key, limit, disk) = (
+            self.key(chunk),
+            self.remote.options.timeout,
+            self.disk.clone(),
+        );
         let mut range = chunk * CHUNK..(chunk + 1) * CHUNK;
         range.end = range.end.min(self.known_size().unwrap_or(UNKNOWN));
         self.remote.rt.spawn(async move {
-            let result = within(limit, fetch(&store, &path, GetRange::Bounded(range), &size)).await;
+            let result = match disk.as_ref().and_then(|d| d.read_range(range.clone())) {
+                Some(bytes) => Ok(bytes),
+                None => {
+                    let fetch = fetch(
+                        &store,
+                        &path,
+                        GetRange::Bounded(range),
+                        &size,
+                        disk.as_deref(),
+                    );
+                    within(limit, fetch).await
+                }
+            };
             chunks.finish(key, &slot, &result);
         });
     }
@@ -179,6 +211,19 @@ impl Object {
         true
     }
 
+    /// Fills `bufs` from `pos` out of the disk cache, if it holds them all.
+    fn read_disk(&self, bufs: &mut [IoSliceMut<'_>], mut pos: u64) -> bool {
+        let Some(disk) = &self.disk else {
+            return false;
+        };
+        bufs.iter_mut().all(|buf| {
+            let len = buf.len() as u64;
+            let held = disk.read(buf, pos);
+            pos += len;
+            held
+        })
+    }
+
     /// The checks every read starts with: the range, or `None` for an
     /// empty read.
     fn range(&self, offset: u64, len: usize) -> io::Result<Option<Range<u64>>> {
@@ -195,7 +240,7 @@ impl Source for Object {
         let Some(range) = self.range(offset, buf.len())? else {
             return Ok(());
         };
-        if self.read_tail(buf, &range) {
+        if self.read_tail(buf, &range) || self.disk.as_ref().is_some_and(|d| d.read(buf, offset)) {
             return Ok(());
         }
         if self.note_read(&range) || self.in_memory(&range) {
@@ -212,6 +257,9 @@ impl Source for Object {
         let Some(range) = self.range(offset, len)? else {
             return Ok(());
         };
+        if self.read_disk(bufs, offset) {
+            return Ok(());
+        }
         let in_memory = self.in_memory(&range);
         let bytes = (!in_memory)
             .then(|| self.fetch_now(GetRange::Bounded(range.clone())))
@@ -251,14 +299,28 @@ impl Source for Object {
         let _ = self.tail.set((size - bytes.len() as u64, bytes));
         Ok(size)
     }
+
+    /// Drops the chunks in memory and the blocks on disk of the range.
+    fn invalidate(&self, offset: u64, len: u64) {
+        if len > 0 {
+            for chunk in offset / CHUNK..=(offset + len - 1) / CHUNK {
+                self.remote.chunks.forget(self.key(chunk));
+            }
+        }
+        if let Some(disk) = &self.disk {
+            disk.forget(offset, len);
+        }
+    }
 }
 
-/// Fetches `range` of the object at `path`, recording its size.
+/// Fetches `range` of the object at `path`, recording its size, and
+/// keeping the bytes on `disk`.
 async fn fetch(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
     range: GetRange,
     size: &AtomicU64,
+    disk: Option<&CachedObject>,
 ) -> io::Result<Bytes> {
     let options = GetOptions {
         range: Some(range),
@@ -266,10 +328,14 @@ async fn fetch(
     };
     let result = store.get_opts(path, options).await.map_err(io_error)?;
     size.store(result.meta.size, Ordering::Relaxed);
-    let expected = result.range.end - result.range.start;
+    let (start, total) = (result.range.start, result.meta.size);
+    let expected = result.range.end - start;
     let bytes = result.bytes().await.map_err(io_error)?;
     if bytes.len() as u64 != expected {
         return Err(past_end());
+    }
+    if let Some(disk) = disk {
+        disk.record(&bytes, start, total);
     }
     Ok(bytes)
 }

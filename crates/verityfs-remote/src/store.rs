@@ -9,10 +9,11 @@ use object_store::aws::AmazonS3Builder;
 use object_store::http::HttpBuilder;
 use object_store::path::Path;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
-use verityfs::image::Store;
+use verityfs::image::{Store, MANIFEST_NAME};
 use verityfs::Source;
 
 use crate::chunks::Chunks;
+use crate::disk::DiskCache;
 use crate::errors::io_error;
 use crate::object::Object;
 use crate::options::RemoteOptions;
@@ -34,6 +35,8 @@ pub struct RemoteStore {
     remote: Arc<Remote>,
     /// Where the image is in the store (S3: the key prefix).
     prefix: Path,
+    /// The disk cache, and the name the manifest has there.
+    disk: Option<(Arc<DiskCache>, String)>,
 }
 
 impl RemoteStore {
@@ -75,7 +78,27 @@ impl RemoteStore {
         Ok(RemoteStore {
             remote: Arc::new(remote),
             prefix,
+            disk: None,
         })
+    }
+
+    /// Keeps what is fetched in the directory `dir`, at most `max` bytes,
+    /// for the image whose manifest has the digest `manifest` (`ALG:HEX`):
+    /// objects are named by their contents and shared by every image
+    /// cached there, a manifest by the digest it must have, so a
+    /// republished image never meets its old manifest.
+    pub fn with_cache(
+        mut self,
+        dir: &std::path::Path,
+        max: u64,
+        manifest: &str,
+    ) -> io::Result<Self> {
+        let name = format!("manifest-{}", manifest.replace(':', "-"));
+        if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            return Err(io::ErrorKind::InvalidInput.into());
+        }
+        self.disk = Some((DiskCache::open(dir, max)?, name));
+        Ok(self)
     }
 
     /// The path in the store of the image's file `path`.
@@ -91,13 +114,18 @@ impl RemoteStore {
 
 impl Store for RemoteStore {
     fn open(&self, path: &str) -> io::Result<Arc<dyn Source>> {
+        let disk = match &self.disk {
+            Some((cache, manifest)) if path == MANIFEST_NAME => Some(cache.object(manifest)?),
+            Some((cache, _)) => Some(cache.object(&path.replace('/', "-"))?),
+            None => None,
+        };
         let path = self.path(path);
         let id = {
             let mut ids = self.remote.ids.lock().unwrap_or_else(|e| e.into_inner());
             let next = ids.len() as u64;
             *ids.entry(path.to_string()).or_insert(next)
         };
-        Ok(Arc::new(Object::new(self.remote.clone(), path, id)))
+        Ok(Arc::new(Object::new(self.remote.clone(), path, id, disk)))
     }
 }
 

@@ -52,6 +52,12 @@ pub trait Source: Send + Sync {
 
     /// The number of bytes in the source.
     fn size(&self) -> io::Result<u64>;
+
+    /// The `len` bytes at `offset` failed verification: a source that keeps
+    /// copies (a cache in memory or on disk) drops them, so that the next
+    /// read fetches them again instead of failing for ever. The default
+    /// does nothing (a file has no copy of its own).
+    fn invalidate(&self, _offset: u64, _len: u64) {}
 }
 
 impl Source for File {

@@ -140,7 +140,7 @@ impl VerityFile {
                 .and_then(|()| self.verify_data(first, buf, &mut plan));
             if let Err(e) = checked {
                 buf.fill(0);
-                return Err(e);
+                return Err(self.forget_corrupt(e, start, end));
             }
         } else {
             with_bounce_buffer((end - start) as usize, |blocks| -> Result<()> {
@@ -148,9 +148,21 @@ impl VerityFile {
                 self.verify_data(first, blocks, &mut plan)?;
                 buf.copy_from_slice(&blocks[(offset - start) as usize..][..len]);
                 Ok(())
-            })?;
+            })
+            .map_err(|e| self.forget_corrupt(e, start, end))?;
         }
         Ok(len)
+    }
+
+    /// `e`, after telling the data's source to drop any copy it keeps of
+    /// `start..end` if it failed verification there.
+    fn forget_corrupt(&self, e: Error, start: u64, end: u64) -> Error {
+        if let Error::Corrupted(c) = &e {
+            if c.level < 0 {
+                self.data.invalidate(start, end - start);
+            }
+        }
+        e
     }
 
     fn log_block_size(&self) -> u32 {
@@ -437,8 +449,10 @@ impl VerityFile {
                     .enumerate()
                     .filter_map(|(l, b)| Some((l, b.take()?)));
                 for (l, b) in below.chain([(lvl, block)]) {
-                    let key = self.cache_key(l, index >> (la * l as u32));
-                    self.verifier.cache.remove(key, &b);
+                    let i = index >> (la * l as u32);
+                    self.verifier.cache.remove(self.cache_key(l, i), &b);
+                    let bs = self.geometry.block_size() as u64;
+                    self.tree.invalidate(self.tree_pos(l, i), bs);
                 }
                 return Err(e);
             }
