@@ -49,6 +49,8 @@ pub struct Request {
 ///
 /// It runs as one process (`master_process off`), in the foreground, with
 /// its configuration, logs and temporary directories in a private prefix.
+/// Having no workers, it never switches user: run by root, as the tests
+/// are, it serves files only root may read.
 /// Files are served with `sendfile`, byte ranges (single and multiple) are
 /// nginx's own, and a connection may carry any number of requests. Each
 /// request is written to the access log as it ends (no log buffer).
