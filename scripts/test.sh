@@ -8,13 +8,18 @@
 # the unit's checks), git (the README's checks), and what
 # scripts/kernel-oracle.sh boots Linux with for the kernel oracle test
 # (QEMU, busybox, cpio, kmod, keyutils, xz-utils; the script downloads the
-# kernel package itself). The FUSE tests need root and /dev/fuse; a test
-# missing anything fails.
+# kernel package itself), and the servers of the remote image tests: nginx
+# (only its binary: each test runs its own nginx on a free port of
+# 127.0.0.1; on a machine running systemd, apt also starts Debian's nginx
+# service on port 80, which no test needs) and python3-venv, for the venv
+# of moto's S3 server this script then creates with pip from PyPI
+# (crates/verityfs-testnet runs it from there). The FUSE tests need root and
+# /dev/fuse; a test missing anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(fsverity fuse3 e2fsprogs util-linux openssl libssl-dev pkg-config bc fonts-dejavu-core python3 systemd git
-    qemu-system-x86 busybox-static cpio kmod keyutils xz-utils)
+    qemu-system-x86 busybox-static cpio kmod keyutils xz-utils nginx python3-venv)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -26,6 +31,19 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+
+# moto's S3 server, pinned, in its own venv (the place the tests look).
+# Debian's python3, the one python3-venv is for, whatever else is on PATH.
+moto_venv=${VERITYFS_MOTO_VENV:-/var/lib/verityfs-tests/moto}
+moto=5.2.5
+if ! compgen -G "$moto_venv/lib/python3*/site-packages/moto-$moto.dist-info" >/dev/null; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "test.sh: missing moto $moto in $moto_venv (run as root, or: /usr/bin/python3 -m venv $moto_venv && $moto_venv/bin/pip install -q 'moto[server]==$moto')" >&2
+        exit 1
+    fi
+    /usr/bin/python3 -m venv "$moto_venv"
+    "$moto_venv/bin/pip" install -q "moto[server]==$moto"
 fi
 
 cargo test --workspace --all-targets --no-fail-fast "$@"
