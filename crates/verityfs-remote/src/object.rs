@@ -28,7 +28,7 @@ use crate::store::Remote;
 
 /// The read-ahead window of a stream, in chunks: where it starts and the
 /// most it grows to.
-const WINDOW: Range<u64> = 2..16;
+const WINDOW: Range<u64> = 2..32;
 
 /// The size of an object not known yet.
 const UNKNOWN: u64 = u64::MAX;
@@ -47,6 +47,9 @@ pub(crate) struct Object {
     tail: std::sync::OnceLock<(u64, Bytes)>,
     /// Its bytes on disk, with a cache directory.
     disk: Option<Arc<CachedObject>>,
+    /// Where the data of the verity file it holds ends: streams read
+    /// ahead up to there (the tree is fetched when the tree needs it).
+    data_end: AtomicU64,
 }
 
 impl Object {
@@ -65,6 +68,7 @@ impl Object {
             stream: Mutex::new((0, WINDOW.start)),
             tail: std::sync::OnceLock::new(),
             disk,
+            data_end: AtomicU64::new(UNKNOWN),
         }
     }
 
@@ -92,32 +96,30 @@ impl Object {
         self.remote.rt.block_on(self.remote.options.timeout, fetch)
     }
 
-    /// Starts fetching chunk `chunk` into `slot`.
-    fn spawn_fetch(&self, chunk: u64, slot: Arc<Slot>) {
+    /// Starts fetching the run of chunks from `first` into `slots`, with
+    /// one request (or from the disk cache).
+    fn spawn_fetch(&self, first: u64, slots: Vec<Arc<Slot>>) {
         let (store, chunks) = (self.remote.store.clone(), self.remote.chunks.clone());
-        let (path, size) = (self.path.clone(), self.size.clone());
-        let (key, limit, disk) = (
-            self.key(chunk),
-            self.remote.options.timeout,
-            self.disk.clone(),
-        );
-        let mut range = chunk * CHUNK..(chunk + 1) * CHUNK;
+        let (path, size, disk) = (self.path.clone(), self.size.clone(), self.disk.clone());
+        let (id, limit) = (self.id, self.remote.options.timeout);
+        let mut range = first * CHUNK..(first + slots.len() as u64) * CHUNK;
         range.end = range.end.min(self.known_size().unwrap_or(UNKNOWN));
         self.remote.rt.spawn(async move {
             let result = match disk.as_ref().and_then(|d| d.read_range(range.clone())) {
                 Some(bytes) => Ok(bytes),
                 None => {
-                    let fetch = fetch(
-                        &store,
-                        &path,
-                        GetRange::Bounded(range),
-                        &size,
-                        disk.as_deref(),
-                    );
-                    within(limit, fetch).await
+                    let range = GetRange::Bounded(range);
+                    within(limit, fetch(&store, &path, range, &size, disk.as_deref())).await
                 }
             };
-            chunks.finish(key, &slot, &result);
+            for (chunk, slot) in (first..).zip(slots) {
+                let piece = result.as_ref().map(|bytes| {
+                    let from = ((chunk - first) * CHUNK).min(bytes.len() as u64) as usize;
+                    bytes.slice(from..(from + CHUNK as usize).min(bytes.len()))
+                });
+                let piece = piece.map_err(|e| io::Error::new(e.kind(), e.to_string()));
+                chunks.finish((id, chunk), &slot, &piece);
+            }
         });
     }
 
@@ -128,20 +130,38 @@ impl Object {
             return Ok(None);
         };
         if new {
-            self.spawn_fetch(chunk, slot.clone());
+            self.spawn_fetch(chunk, vec![slot.clone()]);
         }
         slot.wait(deadline).map(Some)
     }
 
-    /// Starts fetching the chunks from `from`, as many as the window and
-    /// the budget allow and the object holds.
-    fn read_ahead(&self, from: u64, window: u64) {
-        let end = self.known_size().map_or(UNKNOWN, |s| s.div_ceil(CHUNK));
+    /// Starts fetching the chunks from `from`, as many as `window`, the
+    /// budget and the object allow: one request per chunk (several in
+    /// flight) for a stream, or one per run of missing chunks (`runs`).
+    fn read_ahead(&self, from: u64, window: u64, runs: bool) {
+        let end = match runs {
+            true => self.known_size().unwrap_or(UNKNOWN),
+            false => self.data_end.load(Ordering::Relaxed),
+        };
+        let end = end
+            .min(self.known_size().unwrap_or(UNKNOWN))
+            .div_ceil(CHUNK);
         let room = self.remote.chunks.room_ahead() as u64;
+        let mut run: Vec<Arc<Slot>> = Vec::new();
+        let mut run_start = from;
         for chunk in from..(from + window.min(room)).min(end) {
-            if let Some((slot, true)) = self.remote.chunks.claim(self.key(chunk)) {
-                self.spawn_fetch(chunk, slot);
+            match self.remote.chunks.claim(self.key(chunk)) {
+                Some((slot, true)) if runs => run.push(slot),
+                Some((slot, true)) => self.spawn_fetch(chunk, vec![slot]),
+                _ if !run.is_empty() => self.spawn_fetch(run_start, std::mem::take(&mut run)),
+                _ => {}
             }
+            if run.is_empty() {
+                run_start = chunk + 1;
+            }
+        }
+        if !run.is_empty() {
+            self.spawn_fetch(run_start, run);
         }
     }
 
@@ -150,7 +170,13 @@ impl Object {
     fn note_read(&self, range: &Range<u64>) -> bool {
         let mut stream = self.stream.lock().unwrap_or_else(|e| e.into_inner());
         let (last_end, window) = &mut *stream;
-        let sequential = range.start == 0 || range.start.abs_diff(*last_end) <= CHUNK;
+        // Concurrent readers of one stream (the kernel's read-ahead, the
+        // file system's threads) arrive a little out of order: a read
+        // within the window behind the stream's end continues it too.
+        let behind = *window * CHUNK;
+        let sequential = range.start == 0
+            || (range.start.saturating_add(behind) >= *last_end
+                && range.start <= last_end.saturating_add(CHUNK));
         *window = if sequential {
             (*window * 2).min(WINDOW.end)
         } else {
@@ -158,7 +184,7 @@ impl Object {
         };
         *last_end = range.end.max(if sequential { *last_end } else { 0 });
         if sequential {
-            self.read_ahead((range.end - 1) / CHUNK + 1, *window);
+            self.read_ahead((range.end - 1) / CHUNK + 1, *window, false);
         }
         sequential
     }
@@ -279,12 +305,23 @@ impl Source for Object {
         Ok(())
     }
 
-    /// Whole chunks, fetched in the background.
+    /// Whole chunks, fetched in the background, one request per run of
+    /// chunks not in memory: a tree, however large, in one round trip.
     fn prefetch(&self, offset: u64, len: u64) {
         if len > 0 {
             let first = offset / CHUNK;
-            self.read_ahead(first, (offset + len - 1) / CHUNK + 1 - first);
+            self.read_ahead(first, (offset + len - 1) / CHUNK + 1 - first, true);
         }
+    }
+
+    fn data_ends_at(&self, data_size: u64) {
+        self.data_end.store(data_size, Ordering::Relaxed);
+    }
+
+    /// A tree of up to 32 MiB (of 4 GiB of data with 4 KiB blocks) is
+    /// fetched whole at open: a round trip costs more than the bytes.
+    fn open_tree_prefetch(&self) -> u64 {
+        32 << 20
     }
 
     /// The size a response said; else asks for the end of the object,

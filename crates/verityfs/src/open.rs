@@ -30,7 +30,7 @@ const WHOLE_FILE_PREFETCH_BYTES: u64 = 1 << 20;
 /// Trees up to this size (of up to 64 MiB of data with 4 KiB blocks and
 /// SHA-256) are fetched with the descriptor when the file is opened: one
 /// request instead of one for the descriptor and one or more for the tree.
-const TREE_PREFETCH_BYTES: u64 = 512 << 10;
+pub(crate) const TREE_PREFETCH_BYTES: u64 = 512 << 10;
 
 /// Settings of the verified read path.
 #[derive(Clone, Copy, Debug)]
@@ -164,7 +164,7 @@ impl VerityFile {
         }
         // Before the descriptor is read, so that the descriptor comes in
         // the same request as what is fetched with it.
-        let prefetch = open_prefetch(&location);
+        let prefetch = open_prefetch(&location, &file);
         if let Some((start, len)) = prefetch {
             Source::prefetch(&file, start, len);
         }
@@ -203,7 +203,7 @@ impl VerityFile {
     ) -> Result<VerityFile> {
         let one_source = Arc::ptr_eq(&sources.0, &sources.1);
         let file = Self::from_sources(verifier, sources, location, descriptor, name)?;
-        if let Some((start, len)) = open_prefetch(&location).filter(|_| one_source) {
+        if let Some((start, len)) = open_prefetch(&location, &*file.tree).filter(|_| one_source) {
             file.tree.prefetch(start, len);
         }
         Ok(file)
@@ -237,6 +237,7 @@ impl VerityFile {
         }
         params.check_kernel_limits()?;
         geometry.check_kernel_limits()?;
+        data.data_ends_at(location.data_size);
         Ok(VerityFile {
             data,
             tree,
@@ -398,11 +399,11 @@ impl VerityFile {
 /// The range (start, length) of the backing file worth fetching with the
 /// descriptor when the file is opened: all of a small file, the tree of a
 /// mid-sized one.
-pub(crate) fn open_prefetch(location: &Location) -> Option<(u64, u64)> {
+pub(crate) fn open_prefetch(location: &Location, source: &dyn Source) -> Option<(u64, u64)> {
     let end = location.desc_pos + u64::from(location.desc_size);
     match end {
         _ if end <= WHOLE_FILE_PREFETCH_BYTES => Some((0, end)),
-        _ if location.tree_size <= TREE_PREFETCH_BYTES => {
+        _ if location.tree_size <= source.open_tree_prefetch() => {
             Some((location.tree_pos, end - location.tree_pos))
         }
         _ => None,

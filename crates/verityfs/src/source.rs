@@ -53,6 +53,20 @@ pub trait Source: Send + Sync {
     /// The number of bytes in the source.
     fn size(&self) -> io::Result<u64>;
 
+    /// Says that the source's data (what streams read, and what is worth
+    /// reading ahead) ends at `data_size`: what follows is the tree and the
+    /// descriptor, fetched when the tree needs them. The default does
+    /// nothing.
+    fn data_ends_at(&self, _data_size: u64) {}
+
+    /// The largest tree worth fetching whole, with the descriptor, when a
+    /// verity file is opened (one request instead of several as reads need
+    /// it). The default suits a local disk; a source where a request is a
+    /// network round trip says more.
+    fn open_tree_prefetch(&self) -> u64 {
+        crate::open::TREE_PREFETCH_BYTES
+    }
+
     /// The `len` bytes at `offset` failed verification: a source that keeps
     /// copies (a cache in memory or on disk) drops them, so that the next
     /// read fetches them again instead of failing for ever. The default

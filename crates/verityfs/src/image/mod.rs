@@ -143,7 +143,7 @@ fn open_checked(
 ) -> Result<VerityFile> {
     // Before the descriptor is read, so that a remote source fetches it in
     // the same request as the rest (all of a small file, or the tree).
-    if let Some((start, len)) = crate::open::open_prefetch(&location) {
+    if let Some((start, len)) = crate::open::open_prefetch(&location, &*source) {
         source.prefetch(start, len);
     }
     let mut descriptor = vec![0u8; location.desc_size as usize];
