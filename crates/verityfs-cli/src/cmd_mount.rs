@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use verityfs::image::Store;
+use verityfs::image::{ManifestTrust, Store};
 use verityfs::signature::Certificate;
 use verityfs::{Error as LibError, ExpectedDigest};
 use verityfs_fuse::{ImageFs, MountOptions};
@@ -294,7 +294,8 @@ impl MountArgs {
             self.refuse_remote_only()?;
         }
         let name = location.name();
-        let fs = ImageFs::open(self.store(location, digest)?, digest, self.options.read)
+        let trust = ManifestTrust::Digest(digest.clone());
+        let fs = ImageFs::open(self.store(location, digest)?, &trust, self.options.read)
             .map_err(|e| image_error(e, &name))?;
         let made_mountpoint = prepare_mountpoint(&mountpoint)?;
         crate::notify::ready_when_mounted(&mountpoint);

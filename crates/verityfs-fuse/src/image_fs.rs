@@ -17,12 +17,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fuser::{Errno, FileAttr, FileType, INodeNo};
-use verityfs::image::{open_manifest, open_object, EntryKind, Manifest, Store, MANIFEST_NAME};
+use verityfs::image::{
+    open_manifest, open_object, EntryKind, Manifest, ManifestTrust, Store, MANIFEST_NAME,
+};
 use verityfs::uapi::{
     encode_flags, FS_IOC32_GETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_ENABLE_VERITY, FS_IOC_FSGETXATTR,
     FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS, FS_IOC_MEASURE_VERITY, FS_IOC_SETFLAGS, FS_VERITY_FL,
 };
-use verityfs::{ExpectedDigest, ReadOptions, Verifier, VerityFile};
+use verityfs::{ReadOptions, Verifier, VerityFile};
 
 use crate::attr::system_time;
 use crate::file_ops::read_verified;
@@ -62,16 +64,16 @@ pub struct ImageFs {
 }
 
 impl ImageFs {
-    /// The image in `store`, whose manifest must have the digest
-    /// `expected` (else [`verityfs::Error::Corrupted`]: nothing is served
-    /// that does not follow from that digest).
+    /// The image in `store`, whose manifest `trust` must accept: its digest
+    /// (else [`verityfs::Error::Corrupted`]) or its signature (nothing is
+    /// served that does not follow from the digest or the certificate).
     pub fn open(
         store: Arc<dyn Store>,
-        expected: &ExpectedDigest,
+        trust: &ManifestTrust,
         read: ReadOptions,
     ) -> verityfs::Result<Self> {
         let verifier = Verifier::new(read);
-        let manifest = open_manifest(&verifier, store.open(MANIFEST_NAME)?, expected)?;
+        let manifest = open_manifest(&verifier, store.open(MANIFEST_NAME)?, trust)?;
         Ok(ImageFs {
             subdirs: count_subdirs(&manifest),
             manifest,

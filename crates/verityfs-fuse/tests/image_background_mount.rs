@@ -10,7 +10,7 @@ use std::fs;
 use std::path::Path;
 use std::sync::Arc;
 
-use verityfs::image::{publish, DirStore};
+use verityfs::image::{publish, DirStore, ManifestTrust};
 use verityfs::{Error, MerkleTreeParams, ReadOptions};
 use verityfs_fuse::{BackgroundMount, ImageFs, MountOptions};
 
@@ -29,10 +29,10 @@ fn an_image_mounted_over_its_own_directory_serves_its_tree() {
     fs::create_dir_all(src.join("etc")).unwrap();
     fs::write(src.join("etc/motd"), b"hello\n").unwrap();
     let published = publish(&src, &image, &MerkleTreeParams::default()).unwrap();
-    let digest = format!("sha256:{}", published.digest).parse().unwrap();
+    let digest = ManifestTrust::Digest(format!("sha256:{}", published.digest).parse().unwrap());
     let store = Arc::new(DirStore::new(&image).unwrap());
 
-    let wrong = format!("sha256:{}", "00".repeat(32)).parse().unwrap();
+    let wrong = ManifestTrust::Digest(format!("sha256:{}", "00".repeat(32)).parse().unwrap());
     let refused = ImageFs::open(store.clone(), &wrong, ReadOptions::default());
     assert!(
         matches!(refused, Err(Error::Corrupted(_))),

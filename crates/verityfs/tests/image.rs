@@ -11,11 +11,13 @@ use std::process::Command;
 use std::sync::Arc;
 
 use verityfs::image::{
-    open_manifest, open_object, publish, Entry, EntryKind, Manifest, ManifestError, Published,
-    MANIFEST_NAME,
+    open_manifest, open_object, publish, publish_signed, Entry, EntryKind, Manifest, ManifestError,
+    ManifestTrust, Published, MANIFEST_NAME,
 };
+use verityfs::signature::{sign_digest_with, Certificate, SigningKey};
 use verityfs::{
-    Error, ExpectedDigest, HashAlgorithm, MerkleTreeParams, ReadOptions, Verifier, VerityFile,
+    Digest, Error, ExpectedDigest, HashAlgorithm, MerkleTreeParams, ReadOptions, SignatureError,
+    Verifier, VerityFile,
 };
 
 /// A source tree with what an image must carry: nested directories, empty
@@ -75,10 +77,9 @@ impl Image {
         }
     }
 
-    fn trusted(&self) -> ExpectedDigest {
-        format!("{}:{}", self.published.algorithm, self.published.digest)
-            .parse()
-            .unwrap()
+    fn trusted(&self) -> ManifestTrust {
+        let digest = format!("{}:{}", self.published.algorithm, self.published.digest);
+        ManifestTrust::Digest(digest.parse().unwrap())
     }
 
     fn manifest(&self) -> verityfs::Result<Manifest> {
@@ -270,6 +271,7 @@ fn tampered_manifest_is_refused() {
     image.manifest().unwrap();
     let wrong: ExpectedDigest = format!("sha256:{}", "00".repeat(32)).parse().unwrap();
     let source = Arc::new(File::open(&path).unwrap());
+    let wrong = ManifestTrust::Digest(wrong);
     assert_corrupted(open_manifest(&fresh(), source, &wrong), "wrong digest");
 }
 
@@ -694,4 +696,65 @@ fn a_directory_store_opens_only_regular_files_beneath_it() {
         // A FIFO would block the open forever: this returns at once.
         assert!(store.open(refused).is_err(), "{refused}");
     }
+}
+
+/// A key and self-signed certificate made by `openssl req` in `dir`.
+fn key_and_cert(dir: &Path, name: &str) -> (SigningKey, Certificate) {
+    let (key, crt) = (
+        dir.join(format!("{name}.key")),
+        dir.join(format!("{name}.crt")),
+    );
+    let out = Command::new("openssl")
+        .args([
+            "req", "-x509", "-nodes", "-days", "30", "-newkey", "rsa:2048",
+        ])
+        .args(["-subj", &format!("/CN={name}"), "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&crt)
+        .output()
+        .expect("the openssl tool is needed");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let key = SigningKey::from_pem(&fs::read(key).unwrap()).unwrap();
+    (key, Certificate::from_pem(&fs::read(crt).unwrap()).unwrap())
+}
+
+#[test]
+fn a_signed_manifest_is_trusted_by_its_certificate_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, cert) = key_and_cert(dir.path(), "publisher");
+    let (_, other) = key_and_cert(dir.path(), "other");
+    let src = dir.path().join("src");
+    source_tree(&src);
+    let params = MerkleTreeParams::default();
+    let sign = |alg: HashAlgorithm, digest: &Digest| {
+        sign_digest_with(alg, digest, &key, &cert).map_err(std::io::Error::other)
+    };
+    let signed_dest = dir.path().join("signed");
+    let signed = publish_signed(&src, &signed_dest, &params, Some(&sign)).unwrap();
+    let unsigned = publish(&src, &dir.path().join("unsigned"), &params).unwrap();
+    assert_eq!(
+        signed.digest, unsigned.digest,
+        "the digest ignores the signature"
+    );
+    let open = |dest: &str, trust: ManifestTrust| {
+        let source = Arc::new(File::open(dir.path().join(dest).join(MANIFEST_NAME)).unwrap());
+        open_manifest(&fresh(), source, &trust)
+    };
+    let by = |certs: Vec<Certificate>| ManifestTrust::Signed(certs);
+    let manifest = open("signed", by(vec![other.clone(), cert.clone()])).unwrap();
+    assert_eq!(manifest.entries().len(), unsigned.entries);
+    let digest = format!("sha256:{}", signed.digest).parse().unwrap();
+    open("signed", ManifestTrust::Digest(digest)).expect("a digest trusts it too");
+    let untrusted = open("signed", by(vec![other])).err().unwrap();
+    assert!(
+        matches!(untrusted, Error::Signature(SignatureError::KeyNotTrusted)),
+        "{untrusted:?}"
+    );
+    let missing = open("unsigned", by(vec![cert])).err().unwrap();
+    assert!(matches!(missing, Error::NoSignature), "{missing:?}");
 }

@@ -41,7 +41,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use manifest::{Entry, EntryKind, FileObject, Manifest, ManifestError};
-pub use publish::{publish, Published};
+pub use publish::{publish, publish_signed, ManifestSigner, Published};
 pub use store::{DirStore, Store};
 
 use crate::error::{Corruption, Error, Result};
@@ -72,17 +72,19 @@ impl FileObject {
 }
 
 /// Opens the manifest object `source` (an image's [`MANIFEST_NAME`]),
-/// checks that its digest is `expected`, and decodes it.
+/// checks that `trust` accepts it, and decodes it.
 ///
 /// The object ends with its location record (untrusted, it only says where
-/// to look); the descriptor it points to must hash to `expected`, else
-/// [`Error::Corrupted`]; every byte of the manifest is then verified as it
+/// to look); the descriptor it points to must hash to the trusted digest,
+/// else [`Error::Corrupted`], or carry a signature of its digest by a
+/// trusted certificate, else [`Error::NoSignature`] or
+/// [`Error::Signature`]; every byte of the manifest is then verified as it
 /// is read. A manifest that verifies but breaks the encoding's rules is
 /// [`Error::InvalidManifest`].
 pub fn open_manifest(
     verifier: &Arc<Verifier>,
     source: Arc<dyn Source>,
-    expected: &ExpectedDigest,
+    trust: &ManifestTrust,
 ) -> Result<Manifest> {
     let size = source.size()?;
     let trailer_pos = size
@@ -97,11 +99,7 @@ pub fn open_manifest(
         ));
     }
     let name = Path::new(MANIFEST_NAME);
-    let file = open_checked(verifier, source, location, name, |file| {
-        file.matches(expected)
-            .then_some(())
-            .ok_or(expected.digest())
-    })?;
+    let file = open_checked(verifier, source, location, name, |file| trust.check(file))?;
     if file.data_size() > MAX_MANIFEST_SIZE {
         return Err(Error::FileTooLarge(file.data_size()));
     }
@@ -127,19 +125,59 @@ pub fn open_object(
     open_checked(verifier, source, object.location, name, |file| {
         let ok =
             file.descriptor().params().hash_algorithm() == alg && *file.digest() == object.digest;
-        ok.then_some(()).ok_or(object.digest)
+        ok.then_some(()).ok_or(Refusal::Wanted(object.digest))
     })
 }
 
+/// Why an object was not trusted.
+enum Refusal {
+    /// It does not have this digest.
+    Wanted(Digest),
+    /// This.
+    Error(Error),
+}
+
+/// What makes an image's manifest trusted.
+#[derive(Clone)]
+pub enum ManifestTrust {
+    /// Its fs-verity digest is this one.
+    Digest(ExpectedDigest),
+    /// It carries a built-in signature (as `verityfs sign` makes) of its
+    /// digest by one of these certificates.
+    #[cfg(feature = "openssl")]
+    Signed(Vec<crate::signature::Certificate>),
+}
+
+impl ManifestTrust {
+    /// Whether `file`, a manifest object, is trusted.
+    fn check(&self, file: &VerityFile) -> std::result::Result<(), Refusal> {
+        match self {
+            ManifestTrust::Digest(expected) => file
+                .matches(expected)
+                .then_some(())
+                .ok_or(Refusal::Wanted(expected.digest())),
+            #[cfg(feature = "openssl")]
+            ManifestTrust::Signed(certs) => {
+                if file.signature().is_empty() {
+                    return Err(Refusal::Error(Error::NoSignature));
+                }
+                let alg = file.descriptor().params().hash_algorithm();
+                crate::signature::verify_signature(file.signature(), alg, file.digest(), certs)
+                    .map_err(|e| Refusal::Error(e.into()))
+            }
+        }
+    }
+}
+
 /// Opens a backing-format object whose metadata is at `location` and
-/// accepts it if `trusted` does; else reports the descriptor as corrupted,
-/// with the digest `trusted` wanted.
+/// accepts it if `trusted` does (a digest it wanted instead is reported as
+/// a corrupted descriptor; another error as it is).
 fn open_checked(
     verifier: &Arc<Verifier>,
     source: Arc<dyn Source>,
     location: Location,
     name: &Path,
-    trusted: impl FnOnce(&VerityFile) -> std::result::Result<(), Digest>,
+    trusted: impl FnOnce(&VerityFile) -> std::result::Result<(), Refusal>,
 ) -> Result<VerityFile> {
     // Before the descriptor is read, so that a remote source fetches it in
     // the same request as the rest (all of a small file, or the tree).
@@ -162,9 +200,10 @@ fn open_checked(
     )?;
     match trusted(&file) {
         Ok(()) => Ok(file),
+        Err(Refusal::Error(e)) => Err(e),
         // The descriptor sits above the tree's top level: a mismatch is
         // reported at that level, at position 0.
-        Err(want) => Err(Error::Corrupted(Box::new(Corruption {
+        Err(Refusal::Wanted(want)) => Err(Error::Corrupted(Box::new(Corruption {
             file: name.to_owned(),
             pos: 0,
             level: file.geometry().num_levels() as i32,

@@ -59,6 +59,23 @@ pub struct Published {
 /// [`Published::skipped`]. Limits of the manifest (names, depth, entry
 /// count) are [`Error::InvalidManifest`].
 pub fn publish(src: &Path, dest: &Path, params: &MerkleTreeParams) -> Result<Published> {
+    publish_signed(src, dest, params, None)
+}
+
+/// Signs a manifest's digest: the built-in signature stored with it (as
+/// `verityfs sign` makes one, with `signature::sign_digest`); its failure
+/// (carrying the signer's error) fails the publish.
+pub type ManifestSigner<'a> = &'a dyn Fn(HashAlgorithm, &Digest) -> io::Result<Vec<u8>>;
+
+/// [`publish`], storing with the manifest the signature `signer` makes of
+/// its digest (readers may then trust a certificate instead of the
+/// digest); the digest is the same as unsigned.
+pub fn publish_signed(
+    src: &Path,
+    dest: &Path,
+    params: &MerkleTreeParams,
+    signer: Option<ManifestSigner<'_>>,
+) -> Result<Published> {
     params.check_kernel_limits()?;
     let root = at(src, rustix::fs::lstat(src))?;
     if FileType::from_raw_mode(root.st_mode) != FileType::Directory {
@@ -83,7 +100,7 @@ pub fn publish(src: &Path, dest: &Path, params: &MerkleTreeParams) -> Result<Pub
     }
     let manifest = Manifest::new(params.hash_algorithm(), publisher.entries)?;
     sync_dir(&dest.join(OBJECTS_DIR))?;
-    let digest = write_manifest(dest, params, &manifest)?;
+    let digest = write_manifest(dest, params, &manifest, signer)?;
     Ok(Published {
         algorithm: params.hash_algorithm(),
         digest,
@@ -200,7 +217,7 @@ impl Publisher<'_> {
                     e => e,
                 },
             )?;
-        let location = write_metadata(&temp.file, &descriptor, &tree)?;
+        let location = write_metadata(&temp.file, &descriptor, &tree, &[])?;
         let object = FileObject {
             digest: descriptor.file_digest(),
             location,
@@ -246,23 +263,37 @@ fn changed(path: &Path) -> Error {
     io::Error::other(what).into()
 }
 
-/// Writes the tree and descriptor of data already in `file` where the
-/// backing format puts them (the gap before the tree stays a hole).
-fn write_metadata(file: &File, descriptor: &Descriptor, tree: &[u8]) -> Result<Location> {
+/// Writes the tree and descriptor (with its `signature`, if not empty) of
+/// data already in `file` where the backing format puts them (the gap
+/// before the tree stays a hole).
+fn write_metadata(
+    file: &File,
+    descriptor: &Descriptor,
+    tree: &[u8],
+    signature: &[u8],
+) -> Result<Location> {
+    let descriptor = descriptor.with_sig_size(signature.len() as u32)?;
     let location = Location::new(
         descriptor.data_size(),
         tree.len() as u64,
-        DESCRIPTOR_SIZE as u32,
+        (DESCRIPTOR_SIZE + signature.len()) as u32,
     )?;
     file.set_len(location.tree_pos)?;
     file.write_all_at(tree, location.tree_pos)?;
-    file.write_all_at(&descriptor.to_bytes(), location.desc_pos)?;
+    let mut stored = descriptor.to_bytes().to_vec();
+    stored.extend_from_slice(signature);
+    file.write_all_at(&stored, location.desc_pos)?;
     Ok(location)
 }
 
 /// Writes the manifest object (with its location record after it) and
 /// renames it into place; returns its digest.
-fn write_manifest(dest: &Path, params: &MerkleTreeParams, manifest: &Manifest) -> Result<Digest> {
+fn write_manifest(
+    dest: &Path,
+    params: &MerkleTreeParams,
+    manifest: &Manifest,
+    signer: Option<ManifestSigner<'_>>,
+) -> Result<Digest> {
     let bytes = manifest.encode();
     let (descriptor, tree) = build_merkle_tree(
         params,
@@ -271,9 +302,13 @@ fn write_manifest(dest: &Path, params: &MerkleTreeParams, manifest: &Manifest) -
         Vec::new(),
         &mut |_| Ok(()),
     )?;
+    let signature = match signer {
+        Some(sign) => sign(params.hash_algorithm(), &descriptor.file_digest())?,
+        None => Vec::new(),
+    };
     let temp = TempFile::create(dest)?;
     temp.file.write_all_at(&bytes, 0)?;
-    let location = write_metadata(&temp.file, &descriptor, &tree)?;
+    let location = write_metadata(&temp.file, &descriptor, &tree, &signature)?;
     let end = location.end().expect("Location::new checked the end");
     temp.file.write_all_at(&location.encode(), end)?;
     temp.persist(&dest.join(MANIFEST_NAME))?;
