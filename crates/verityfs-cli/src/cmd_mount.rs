@@ -294,7 +294,7 @@ impl MountArgs {
             self.refuse_remote_only()?;
         }
         let name = location.name();
-        let trust = ManifestTrust::Digest(digest.clone());
+        let trust = ManifestTrust::Digest(*digest);
         let fs = ImageFs::open(self.store(location, digest)?, &trust, self.options.read)
             .map_err(|e| image_error(e, &name))?;
         let made_mountpoint = prepare_mountpoint(&mountpoint)?;

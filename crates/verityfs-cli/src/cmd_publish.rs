@@ -1,18 +1,27 @@
-//! `verityfs publish SRC_DIR DEST_DIR`: publish a directory tree as an
-//! image (`docs/IMAGE.md`) and print the one digest readers must trust.
+//! `verityfs publish SRC_DIR DEST`: publish a directory tree as an image
+//! (`docs/IMAGE.md`) into a directory or an S3 bucket, and print the one
+//! digest readers must trust.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::path::Path;
+use std::time::Duration;
 
-use verityfs::image::publish;
-use verityfs::Error as LibError;
+use verityfs::image::{publish, Published};
+use verityfs::{Error as LibError, MerkleTreeParams};
+use verityfs_remote::RemoteOptions;
 
 use crate::commands::Command;
 use crate::error::{Error, Result};
+use crate::image_location::ImageLocation;
 use crate::opts::{exactly, Args, Hint, Operand, Opt};
 use crate::output::{print_stdout, quote};
 use crate::tree_params::{block_size, hash_alg, salt, HasTree, TreeArgs};
+
+/// The limit of an upload's requests (a third of it each, retries within
+/// it): a part is 8 MiB with several in flight, which a slow uplink sends
+/// in minutes, not in the seconds a read may wait.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Everything the options of `publish` ask for.
 #[derive(Default)]
@@ -31,8 +40,9 @@ impl Args for PublishArgs {
     const OPERANDS: &'static [Operand] = &[
         Operand::one("SRC_DIR", "The directory tree to publish", Hint::Dir),
         Operand::one(
-            "DEST_DIR",
-            "Where to write the image (created if missing)",
+            "DEST",
+            "Where to write the image: a directory (created if missing), or s3://BUCKET/PREFIX \
+             (the bucket's store set by the AWS_* environment variables)",
             Hint::Dir,
         ),
     ];
@@ -40,14 +50,71 @@ impl Args for PublishArgs {
     fn run(self, _: &Command, operands: Vec<OsString>) -> Result<()> {
         let [src, dest] = exactly(operands)?;
         let params = self.tree.params().map_err(|e| Error::msg(e.to_string()))?;
-        let published = publish(Path::new(&src), Path::new(&dest), &params)
-            .map_err(|e| publish_error(e, &src))?;
-        for path in &published.skipped {
-            warn_skipped(path);
-        }
+        let location = ImageLocation::parse(&dest);
+        let published = match &location {
+            ImageLocation::Dir(dir) => publish_into(&src, dir, &params)?,
+            ImageLocation::S3(_) => publish_remote(&src, &location, &params)?,
+            ImageLocation::Http(_) => {
+                return Err(Error::usage_msg(
+                    "a web server is read-only: publish into a directory and serve it",
+                ))
+            }
+        };
         let digest = format!("{}:{}\n", published.algorithm, published.digest);
         print_stdout(digest.as_bytes());
         Ok(())
+    }
+}
+
+/// Publishes `src` into the directory `dest`, warning about what it
+/// leaves out.
+fn publish_into(src: &OsStr, dest: &Path, params: &MerkleTreeParams) -> Result<Published> {
+    let published = publish(Path::new(src), dest, params).map_err(|e| publish_error(e, src))?;
+    for path in &published.skipped {
+        warn_skipped(path);
+    }
+    Ok(published)
+}
+
+/// Publishes `src` into a private staging directory under `$TMPDIR`, then
+/// copies the image to the bucket at `location` (objects first, the
+/// manifest last; objects already there are kept). The staging directory
+/// is removed whatever happens.
+fn publish_remote(
+    src: &OsStr,
+    location: &ImageLocation,
+    params: &MerkleTreeParams,
+) -> Result<Published> {
+    let url = location.name();
+    let failed = |e: std::io::Error| Error::io(quote("can't publish to '", &url, "'"), &e);
+    let options = RemoteOptions {
+        timeout: UPLOAD_TIMEOUT,
+        ..RemoteOptions::default()
+    };
+    let store = location.remote(&options).map_err(failed)?;
+    let staging = tempfile::Builder::new()
+        .prefix("verityfs-publish-")
+        .tempdir()
+        .map_err(|e| Error::io("can't create a staging directory", &e))?;
+    if is_inside(staging.path(), Path::new(src)) {
+        return Err(Error::msg(quote(
+            "the staging directory '",
+            staging.path().as_os_str(),
+            "' is inside the source: set TMPDIR to a directory outside it",
+        ))
+        .context(quote("can't publish '", src, "'")));
+    }
+    let published = publish_into(src, staging.path(), params)?;
+    store.upload(staging.path()).map_err(failed)?;
+    Ok(published)
+}
+
+/// Whether `dir` is `src` or beneath it (false if either cannot be
+/// resolved: publishing then says why).
+fn is_inside(dir: &Path, src: &Path) -> bool {
+    match (dir.canonicalize(), src.canonicalize()) {
+        (Ok(dir), Ok(src)) => dir.starts_with(src),
+        _ => false,
     }
 }
 

@@ -7,19 +7,17 @@
 
 mod common;
 
-use std::fs::{self, File, FileTimes, OpenOptions, Permissions};
+use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::Read;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, SystemTime};
 
+use common::images::*;
 use common::*;
 
 /// The 3 MB file's size: not a multiple of the block size.
 const BIG_SIZE: usize = 3_000_000;
-/// A name that is not ASCII.
-const UNICODE_NAME: &str = "ünïcødé 名前.txt";
 
 /// A source tree, its image and a mount point, in one temporary directory.
 struct Image {
@@ -40,14 +38,8 @@ impl Image {
             .unwrap();
         let base = dir.path().canonicalize().unwrap();
         let (src, image) = (base.join("src"), base.join("image"));
-        make_tree(&src);
-        let out = run_ok(Command::new(VERITYFS).arg("publish").arg(&src).arg(&image));
-        let digest = out.strip_suffix('\n').expect("one line").to_owned();
-        let hex = digest.strip_prefix("sha256:").expect("sha256:HEX");
-        assert!(
-            hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
-            "{out:?}"
-        );
+        make_tree(&src, BIG_SIZE);
+        let digest = publish(&src, image.as_os_str(), &[]);
         Image {
             _dir: dir,
             src,
@@ -72,87 +64,6 @@ impl Image {
         let hex = digest.strip_prefix("sha256:").unwrap();
         self.image.join("objects").join(format!("sha256-{hex}"))
     }
-}
-
-/// Nested directories, an empty file, symlinks (relative, absolute,
-/// dangling), a non-ASCII name, a 3 MB file, a private file and an
-/// executable, with times down to the nanosecond.
-fn make_tree(src: &Path) {
-    fs::create_dir_all(src.join("a/b/c")).unwrap();
-    fs::create_dir(src.join("empty dir")).unwrap();
-    let files: &[(&str, Vec<u8>, u32)] = &[
-        ("big", random_bytes(BIG_SIZE, 7), 0o644),
-        ("empty", Vec::new(), 0o644),
-        ("a/b/c/deep", b"deep\n".to_vec(), 0o444),
-        ("a/run.sh", b"#!/bin/sh\necho hi\n".to_vec(), 0o755),
-        ("a/private", b"secret\n".to_vec(), 0o600),
-        ("a/dup", b"deep\n".to_vec(), 0o640),
-        (UNICODE_NAME, "unicode ✓\n".as_bytes().to_vec(), 0o644),
-    ];
-    for (i, (name, data, mode)) in files.iter().enumerate() {
-        let path = src.join(name);
-        fs::write(&path, data).unwrap();
-        fs::set_permissions(&path, Permissions::from_mode(*mode)).unwrap();
-        let mtime = SystemTime::UNIX_EPOCH + Duration::new(1_600_000_000 + i as u64, 123_456_789);
-        let file = File::options().write(true).open(&path).unwrap();
-        file.set_times(FileTimes::new().set_modified(mtime))
-            .unwrap();
-    }
-    std::os::unix::fs::symlink("b/c/deep", src.join("a/link")).unwrap();
-    std::os::unix::fs::symlink("/etc/hostname", src.join("absolute")).unwrap();
-    std::os::unix::fs::symlink("nowhere", src.join("dangling")).unwrap();
-    fs::set_permissions(src.join("a/b"), Permissions::from_mode(0o750)).unwrap();
-}
-
-/// What the listing compares of one path: name, kind, mode, size (not of
-/// directories, whose sizes are the filesystem's), mtime, symlink target.
-#[derive(Debug, PartialEq)]
-struct Listed {
-    path: PathBuf,
-    kind: &'static str,
-    mode: u32,
-    size: Option<u64>,
-    mtime: (i64, i64),
-    target: Option<PathBuf>,
-}
-
-/// Every path under `root`, sorted, without following symlinks.
-fn listing(root: &Path) -> Vec<Listed> {
-    let mut out = Vec::new();
-    let mut dirs = vec![root.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        for entry in fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let m = fs::symlink_metadata(&path).unwrap();
-            let kind = match m.file_type() {
-                t if t.is_dir() => "dir",
-                t if t.is_file() => "file",
-                t if t.is_symlink() => "symlink",
-                _ => "other",
-            };
-            if m.is_dir() {
-                dirs.push(path.clone());
-            }
-            out.push(Listed {
-                path: path.strip_prefix(root).unwrap().to_path_buf(),
-                kind,
-                mode: m.mode() & 0o7777,
-                size: (!m.is_dir()).then_some(m.len()),
-                mtime: (m.mtime(), m.mtime_nsec()),
-                target: m.is_symlink().then(|| fs::read_link(&path).unwrap()),
-            });
-        }
-    }
-    out.sort_by(|a, b| a.path.cmp(&b.path));
-    out
-}
-
-/// The regular files of a listing.
-fn regular_files(listed: &[Listed]) -> impl Iterator<Item = &Path> {
-    listed
-        .iter()
-        .filter(|l| l.kind == "file")
-        .map(|l| l.path.as_path())
 }
 
 #[test]
@@ -387,18 +298,6 @@ fn mount_image(source: &Path, mnt: &Path, args: &[&str]) -> std::process::Output
         .arg(source)
         .arg(mnt)
         .args(args))
-}
-
-/// A counter of `verityfs stats MNT`.
-fn counter(mnt: &Path, name: &str) -> u64 {
-    let stats = run_ok(Command::new(VERITYFS).arg("stats").arg(mnt));
-    let key = format!("\"{name}\": ");
-    let at = stats.find(&key).unwrap_or_else(|| panic!("{stats}")) + key.len();
-    let digits: String = stats[at..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().unwrap()
 }
 
 /// The options of the mount on `mnt`, as /proc/mounts lists them.

@@ -71,7 +71,8 @@ impl RemoteStore {
     }
 
     /// Writes the local regular file `local` to `path` (in parts when it
-    /// is large); returns its size.
+    /// is large); returns its size. A write that finds nothing at its
+    /// path (a `PUT` creates it) found no bucket.
     fn put_file(&self, local: &std::path::Path, path: Path) -> io::Result<u64> {
         let mut file = File::open(local)?;
         if !file.metadata()?.is_file() {
@@ -81,7 +82,7 @@ impl RemoteStore {
             ));
         }
         let store: Arc<dyn ObjectStore> = self.remote().store.clone();
-        self.remote().rt.run(async move {
+        let written: io::Result<u64> = self.remote().rt.run(async move {
             let mut writer = BufWriter::with_capacity(store, path, PART);
             let mut total = 0;
             loop {
@@ -96,6 +97,12 @@ impl RemoteStore {
             }
             writer.shutdown().await?;
             Ok(total)
+        });
+        written.map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => {
+                io::Error::new(io::ErrorKind::NotFound, "the bucket does not exist")
+            }
+            _ => e,
         })
     }
 }

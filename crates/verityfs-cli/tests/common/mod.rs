@@ -3,12 +3,15 @@
 //! mount`, waits for the mount in `/proc/self/mountinfo`, always unmounts
 //! and reaps the daemon when dropped), bounded waiting and commands, the
 //! `fsverity` program, raw fs-verity ioctls (all of the suites' `unsafe`
-//! code is here) and small file helpers.
+//! code is here) and small file helpers; [`images`], what the image suites
+//! share.
 //!
 //! Each suite includes it with `mod common;` and uses a different part of
 //! it, hence the `dead_code` allowance.
 
 #![allow(dead_code)]
+
+pub mod images;
 
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions, Permissions};
@@ -768,6 +771,19 @@ impl Mount {
         Mount::build(Some(backing), Path::new(VERITYFS), MOUNT_TIMEOUT, args)
     }
 
+    /// A mount of the existing image or directory `source` (also a URL),
+    /// its daemon started with the environment variables `env` (an S3
+    /// store's settings).
+    pub fn with_env(source: &Path, env: &[(&str, String)], args: &[&str]) -> Mount {
+        let mut mount = Mount::prepare(Some(source), Path::new(VERITYFS), MOUNT_TIMEOUT);
+        mount.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        mount.start(args);
+        mount
+    }
+
     /// A mount of the existing directory `backing` by the `verityfs`
     /// program at `program` (a copy of the one under test), which may take
     /// `mount_timeout` to appear (longer under emulation).
@@ -781,6 +797,13 @@ impl Mount {
         mount_timeout: Duration,
         args: &[&str],
     ) -> Mount {
+        let mut mount = Mount::prepare(backing, program, mount_timeout);
+        mount.start(args);
+        mount
+    }
+
+    /// The directories of a mount, not started yet.
+    fn prepare(backing: Option<&Path>, program: &Path, mount_timeout: Duration) -> Mount {
         prerequisites();
         let root = tempfile::Builder::new()
             .prefix("verityfs-mount-test")
@@ -789,7 +812,7 @@ impl Mount {
         // Other users must reach the mount point (permission tests).
         fs::set_permissions(root.path(), Permissions::from_mode(0o755)).unwrap();
         let base = root.path().canonicalize().unwrap();
-        let mut mount = Mount {
+        let mount = Mount {
             backing: backing.map_or_else(|| base.join("backing"), Path::to_path_buf),
             mnt: base.join("mnt"),
             scratch: base.join("scratch"),
@@ -808,7 +831,6 @@ impl Mount {
             fs::create_dir(&mount.backing).unwrap();
             fs::set_permissions(&mount.backing, Permissions::from_mode(0o755)).unwrap();
         }
-        mount.start(args);
         mount
     }
 

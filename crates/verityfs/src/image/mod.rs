@@ -130,6 +130,7 @@ pub fn open_object(
 }
 
 /// Why an object was not trusted.
+#[cfg_attr(not(feature = "openssl"), allow(dead_code))]
 enum Refusal {
     /// It does not have this digest.
     Wanted(Digest),
