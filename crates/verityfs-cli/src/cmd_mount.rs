@@ -36,6 +36,8 @@ pub struct MountArgs {
     create: bool,
     /// The image's trusted digest: the source is an image.
     digest: Option<ExpectedDigest>,
+    /// The `--trusted-cert` certificates.
+    trusted: Vec<Certificate>,
     /// The first option given that only a backing directory takes.
     backing_only: Option<&'static str>,
     /// The limits of a remote image.
@@ -143,14 +145,17 @@ impl Args for MountArgs {
              directory, for built-in signatures",
             |a, v| {
                 let certs = load_certificates(&v)?;
+                a.trusted.extend(certs.iter().cloned());
                 let signatures = std::mem::take(&mut a.options.signatures);
                 a.options.signatures = signatures.trusting(certs);
-                a.backing_only.get_or_insert("--trusted-cert");
                 Ok(())
             },
         )
         .hint(Hint::Path)
-        .doc("May be given several times."),
+        .doc(
+            "May be given several times. For an image over HTTP or S3 without --digest: mount \
+             it if its manifest is signed by one of them (as verityfs publish signs it).",
+        ),
         Opt::<Self>::flag(
             "require-signatures",
             "Refuse to enable or open verity files without a valid built-in signature",
@@ -225,16 +230,25 @@ impl Args for MountArgs {
     fn run(mut self, _: &Command, operands: Vec<OsString>) -> Result<()> {
         let [source, mountpoint] = exactly(operands)?;
         let location = ImageLocation::parse(&source);
-        match (self.digest.take(), &location) {
-            (Some(digest), _) => return self.mount_image(&location, &digest, mountpoint.into()),
-            (None, ImageLocation::Dir(_)) => {}
-            (None, _) => {
+        let trust = match (self.digest.take(), &location) {
+            (Some(_), _) if !self.trusted.is_empty() => {
                 return Err(Error::usage_msg(
-                    "an image needs --digest: its trusted digest, as publish printed it",
+                    "an image is trusted by --digest or by --trusted-cert, not both",
                 ))
             }
-        }
-        self.mount_backing(source, mountpoint)
+            (Some(digest), _) => ManifestTrust::Digest(digest),
+            (None, ImageLocation::Dir(_)) => return self.mount_backing(source, mountpoint),
+            (None, _) if !self.trusted.is_empty() => {
+                ManifestTrust::Signed(std::mem::take(&mut self.trusted))
+            }
+            (None, _) => {
+                return Err(Error::usage_msg(
+                    "an image needs --digest (its trusted digest, as publish printed it) or \
+                     --trusted-cert (the certificate its manifest is signed with)",
+                ))
+            }
+        };
+        self.mount_image(&location, &trust, mountpoint.into())
     }
 }
 
@@ -256,7 +270,7 @@ impl MountArgs {
     }
 
     /// How the image at `location` is read.
-    fn store(&self, location: &ImageLocation, digest: &ExpectedDigest) -> Result<Arc<dyn Store>> {
+    fn store(&self, location: &ImageLocation, trust: &ManifestTrust) -> Result<Arc<dyn Store>> {
         let cache = match (&self.disk_cache, self.cache_max) {
             (Some(dir), max) => Some(DiskCacheArgs {
                 dir: dir.clone(),
@@ -265,7 +279,13 @@ impl MountArgs {
             (None, Some(_)) => return Err(Error::usage_msg("--cache-max needs --cache-dir")),
             (None, None) => None,
         };
-        location.store(&self.remote, cache.as_ref(), digest)
+        // A manifest trusted by its signature has no name of its own in
+        // the cache: it is fetched each time (its objects are cached).
+        let manifest = match trust {
+            ManifestTrust::Digest(digest) => Some(digest.to_string()),
+            ManifestTrust::Signed(_) => None,
+        };
+        location.store(&self.remote, cache.as_ref(), manifest.as_deref())
     }
 
     /// A usage error if an option for remote images was given.
@@ -282,7 +302,7 @@ impl MountArgs {
     fn mount_image(
         self,
         location: &ImageLocation,
-        digest: &ExpectedDigest,
+        trust: &ManifestTrust,
         mountpoint: PathBuf,
     ) -> Result<()> {
         if let Some(option) = self.backing_only {
@@ -294,9 +314,8 @@ impl MountArgs {
             self.refuse_remote_only()?;
         }
         let name = location.name();
-        let trust = ManifestTrust::Digest(*digest);
-        let fs = ImageFs::open(self.store(location, digest)?, &trust, self.options.read)
-            .map_err(|e| image_error(e, &name))?;
+        let fs = ImageFs::open(self.store(location, trust)?, trust, self.options.read)
+            .map_err(|e| image_error(e, &name, trust))?;
         let made_mountpoint = prepare_mountpoint(&mountpoint)?;
         crate::notify::ready_when_mounted(&mountpoint);
         tracing::info!("image verified: {} entries", fs.entries());
@@ -307,12 +326,15 @@ impl MountArgs {
 }
 
 /// What a refused image named `name` says: why it cannot be read, or
-/// that it is not the image the digest names.
-fn image_error(e: LibError, name: &OsStr) -> Error {
+/// that it is not the image `trust` names.
+fn image_error(e: LibError, name: &OsStr, trust: &ManifestTrust) -> Error {
+    let mismatch = match trust {
+        ManifestTrust::Digest(_) => "the image does not match --digest",
+        ManifestTrust::Signed(_) => "the image's manifest is not signed by a --trusted-cert",
+    };
     match e {
         LibError::Io(e) => Error::io(quote("can't read the manifest of image '", name, "'"), &e),
-        e => Error::msg(quote("image '", name, &format!("': {e}")))
-            .context("the image does not match --digest"),
+        e => Error::msg(quote("image '", name, &format!("': {e}"))).context(mismatch),
     }
 }
 

@@ -7,10 +7,12 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use verityfs::image::{publish, Published};
-use verityfs::{Error as LibError, MerkleTreeParams};
+use verityfs::image::{publish_signed, ManifestSigner, Published};
+use verityfs::signature::{self, Certificate, SigningKey};
+use verityfs::{Digest, Error as LibError, HashAlgorithm, MerkleTreeParams};
 use verityfs_remote::RemoteOptions;
 
+use crate::cmd_sign::{load_cert, load_key};
 use crate::commands::Command;
 use crate::error::{Error, Result};
 use crate::image_location::ImageLocation;
@@ -27,6 +29,9 @@ const UPLOAD_TIMEOUT: Duration = Duration::from_secs(600);
 #[derive(Default)]
 pub struct PublishArgs {
     tree: TreeArgs,
+    /// `--key` and `--cert`: sign the manifest.
+    key: Option<OsString>,
+    cert: Option<OsString>,
 }
 
 impl HasTree for PublishArgs {
@@ -36,7 +41,35 @@ impl HasTree for PublishArgs {
 }
 
 impl Args for PublishArgs {
-    const OPTIONS: &'static [Opt<Self>] = &[hash_alg(), block_size(), salt()];
+    const OPTIONS: &'static [Opt<Self>] = &[
+        hash_alg(),
+        block_size(),
+        salt(),
+        Opt::<Self>::value(
+            "key",
+            "KEYFILE",
+            "Sign the manifest with this private key (PEM, PKCS#8), as verityfs sign does",
+            |a, v| {
+                a.key = Some(v);
+                Ok(())
+            },
+        )
+        .hint(Hint::Path)
+        .doc(
+            "Readers may then mount the image trusting the certificate rather than the \
+             digest; the digest printed is the same as without a signature.",
+        ),
+        Opt::<Self>::value(
+            "cert",
+            "CERTFILE",
+            "Certificate (PEM) of the key; default: read it from KEYFILE",
+            |a, v| {
+                a.cert = Some(v);
+                Ok(())
+            },
+        )
+        .hint(Hint::Path),
+    ];
     const OPERANDS: &'static [Operand] = &[
         Operand::one("SRC_DIR", "The directory tree to publish", Hint::Dir),
         Operand::one(
@@ -50,10 +83,17 @@ impl Args for PublishArgs {
     fn run(self, _: &Command, operands: Vec<OsString>) -> Result<()> {
         let [src, dest] = exactly(operands)?;
         let params = self.tree.params().map_err(|e| Error::msg(e.to_string()))?;
+        let signing = self.signing_key()?;
+        let sign = signing.as_ref().map(|(key, cert)| {
+            move |alg: HashAlgorithm, digest: &Digest| {
+                signature::sign_digest_with(alg, digest, key, cert).map_err(std::io::Error::other)
+            }
+        });
+        let signer = sign.as_ref().map(|s| s as ManifestSigner<'_>);
         let location = ImageLocation::parse(&dest);
         let published = match &location {
-            ImageLocation::Dir(dir) => publish_into(&src, dir, &params)?,
-            ImageLocation::S3(_) => publish_remote(&src, &location, &params)?,
+            ImageLocation::Dir(dir) => publish_into(&src, dir, &params, signer)?,
+            ImageLocation::S3(_) => publish_remote(&src, &location, &params, signer)?,
             ImageLocation::Http(_) => {
                 return Err(Error::usage_msg(
                     "a web server is read-only: publish into a directory and serve it",
@@ -66,10 +106,31 @@ impl Args for PublishArgs {
     }
 }
 
-/// Publishes `src` into the directory `dest`, warning about what it
-/// leaves out.
-fn publish_into(src: &OsStr, dest: &Path, params: &MerkleTreeParams) -> Result<Published> {
-    let published = publish(Path::new(src), dest, params).map_err(|e| publish_error(e, src))?;
+impl PublishArgs {
+    /// The key and certificate to sign the manifest with, if asked: read
+    /// before anything is published, so that a bad key costs nothing.
+    fn signing_key(&self) -> Result<Option<(SigningKey, Certificate)>> {
+        match (&self.key, &self.cert) {
+            (Some(key), cert) => {
+                let cert = load_cert(cert.as_ref().unwrap_or(key))?;
+                Ok(Some((load_key(key)?, cert)))
+            }
+            (None, Some(_)) => Err(Error::usage_msg("--cert needs --key")),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// Publishes `src` into the directory `dest` (its manifest signed by
+/// `signer`), warning about what it leaves out.
+fn publish_into(
+    src: &OsStr,
+    dest: &Path,
+    params: &MerkleTreeParams,
+    signer: Option<ManifestSigner<'_>>,
+) -> Result<Published> {
+    let published =
+        publish_signed(Path::new(src), dest, params, signer).map_err(|e| publish_error(e, src))?;
     for path in &published.skipped {
         warn_skipped(path);
     }
@@ -84,6 +145,7 @@ fn publish_remote(
     src: &OsStr,
     location: &ImageLocation,
     params: &MerkleTreeParams,
+    signer: Option<ManifestSigner<'_>>,
 ) -> Result<Published> {
     let url = location.name();
     let failed = |e: std::io::Error| Error::io(quote("can't publish to '", &url, "'"), &e);
@@ -104,7 +166,7 @@ fn publish_remote(
         ))
         .context(quote("can't publish '", src, "'")));
     }
-    let published = publish_into(src, staging.path(), params)?;
+    let published = publish_into(src, staging.path(), params, signer)?;
     store.upload(staging.path()).map_err(failed)?;
     Ok(published)
 }

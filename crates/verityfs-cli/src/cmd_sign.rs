@@ -126,8 +126,7 @@ impl SignArgs {
     fn sign(&self, descriptor: &Descriptor) -> Result<Vec<u8>> {
         let cert_file = (self.cert.as_ref().or(self.key.as_ref()))
             .ok_or_else(|| Error::msg("no certificate specified"))?;
-        let cert = read_pem(cert_file).and_then(|pem| Certificate::from_pem(&pem));
-        let cert = cert.map_err(|e| report(&e, cert_file))?;
+        let cert = load_cert(cert_file)?;
         let pkcs11 = [&self.pkcs11_engine, &self.pkcs11_module, &self.pkcs11_keyid];
         if pkcs11.iter().any(|o| o.is_some()) {
             return Err(Error::msg(match self.key {
@@ -141,12 +140,23 @@ impl SignArgs {
             .key
             .as_ref()
             .ok_or_else(|| Error::msg("no private key specified"))?;
-        let key = read_pem(key_file).and_then(|pem| SigningKey::from_pem(&pem));
-        let key = key.map_err(|e| report(&e, key_file))?;
+        let key = load_key(key_file)?;
         let alg = descriptor.params().hash_algorithm();
         let digest = descriptor.file_digest();
         signature::sign_digest_with(alg, &digest, &key, &cert).map_err(|e| report(&e, key_file))
     }
+}
+
+/// The certificate in the PEM file `name`, or libfsverity's report.
+pub(crate) fn load_cert(name: &OsStr) -> Result<Certificate> {
+    let cert = read_pem(name).and_then(|pem| Certificate::from_pem(&pem));
+    cert.map_err(|e| report(&e, name))
+}
+
+/// The private key in the PEM file `name`, or libfsverity's report.
+pub(crate) fn load_key(name: &OsStr) -> Result<SigningKey> {
+    let key = read_pem(name).and_then(|pem| SigningKey::from_pem(&pem));
+    key.map_err(|e| report(&e, name))
 }
 
 fn read_pem(name: &OsStr) -> Result<Vec<u8>, SignError> {

@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use verityfs::image::{DirStore, Store};
-use verityfs::ExpectedDigest;
 use verityfs_remote::{RemoteOptions, RemoteStore};
 
 use crate::error::{Error, Result};
@@ -51,19 +50,19 @@ impl ImageLocation {
     }
 
     /// How the image's files are read (a remote image: within `remote`'s
-    /// limits, keeping what it fetches in `cache` if given, for the image
-    /// whose manifest has the digest `digest`).
+    /// limits, keeping what it fetches in `cache` if given, the manifest
+    /// too if it has the digest `manifest`).
     pub fn store(
         &self,
         remote: &RemoteOptions,
         cache: Option<&DiskCacheArgs>,
-        digest: &ExpectedDigest,
+        manifest: Option<&str>,
     ) -> Result<Arc<dyn Store>> {
         let opened: std::io::Result<Arc<dyn Store>> = match (self, cache) {
             (ImageLocation::Dir(dir), _) => DirStore::new(dir).map(|s| Arc::new(s) as _),
             (_, None) => self.remote(remote).map(|s| Arc::new(s) as _),
             (_, Some(cache)) => self.remote(remote).and_then(|s| {
-                let s = s.with_cache(&cache.dir, cache.max, &digest.to_string())?;
+                let s = s.with_cache(&cache.dir, cache.max, manifest)?;
                 Ok(Arc::new(s) as _)
             }),
         };

@@ -349,3 +349,70 @@ fn failed_publishes_name_the_destination_and_leave_nothing_behind() {
     let mount = image.mount_with(&image.env(), &[]);
     assert_same_contents(&mount.mnt, &image.src);
 }
+
+/// Makes `NAME.pem` in `dir`: a private key and its self-signed
+/// certificate, as `verityfs sign --key` reads them.
+fn key_and_cert(dir: &Path, name: &str) -> PathBuf {
+    let pem = dir.join(format!("{name}.pem"));
+    run_ok(
+        Command::new("openssl")
+            .args([
+                "req", "-x509", "-nodes", "-days", "30", "-newkey", "rsa:2048",
+            ])
+            .args(["-subj", &format!("/CN={name}"), "-keyout"])
+            .arg(&pem)
+            .arg("-out")
+            .arg(dir.join(format!("{name}.crt"))),
+    );
+    let cert = fs::read(dir.join(format!("{name}.crt"))).unwrap();
+    let mut file = fs::OpenOptions::new().append(true).open(&pem).unwrap();
+    std::io::Write::write_all(&mut file, &cert).unwrap();
+    pem
+}
+
+#[test]
+fn a_signed_manifest_is_mounted_by_its_certificate_without_a_digest() {
+    let image = S3Image::publish();
+    let keys = image.dir.path().join("keys");
+    fs::create_dir_all(&keys).unwrap();
+    let (publisher, other) = (
+        key_and_cert(&keys, "publisher"),
+        key_and_cert(&keys, "other"),
+    );
+    let signed_url = format!("s3://{BUCKET}/signed");
+    let signed = run_ok(
+        Command::new(VERITYFS)
+            .arg("publish")
+            .arg(&image.src)
+            .arg(&signed_url)
+            .arg(format!("--key={}", publisher.display()))
+            .envs(image.env()),
+    );
+    assert_eq!(signed.trim(), image.digest, "signing keeps the digest");
+    let trusting = |pem: &Path| format!("--trusted-cert={}", pem.display());
+    let mount = Mount::with_env(
+        Path::new(&signed_url),
+        &image.env(),
+        &[&trusting(&publisher)],
+    );
+    assert_same_contents(&mount.mnt, &image.src);
+    drop(mount);
+    let mnt = image.dir.path().join("mnt");
+    let refused = |url: &str, pem: &Path, message: &str| {
+        let out = run(Command::new(VERITYFS)
+            .args(["mount", url])
+            .arg(&mnt)
+            .arg(trusting(pem))
+            .envs(image.env()));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(message), "{stderr}");
+        assert!(
+            stderr.contains("not signed by a --trusted-cert"),
+            "{stderr}"
+        );
+        assert!(!is_mounted(&mnt));
+    };
+    refused(&signed_url, &other, "signing cert isn't trusted");
+    refused(&image.url, &publisher, "no built-in signature");
+}

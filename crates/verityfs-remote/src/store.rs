@@ -36,7 +36,7 @@ pub struct RemoteStore {
     /// Where the image is in the store (S3: the key prefix).
     prefix: Path,
     /// The disk cache, and the name the manifest has there.
-    disk: Option<(Arc<DiskCache>, String)>,
+    disk: Option<(Arc<DiskCache>, Option<String>)>,
 }
 
 impl RemoteStore {
@@ -82,19 +82,20 @@ impl RemoteStore {
         })
     }
 
-    /// Keeps what is fetched in the directory `dir`, at most `max` bytes,
-    /// for the image whose manifest has the digest `manifest` (`ALG:HEX`):
+    /// Keeps what is fetched in the directory `dir`, at most `max` bytes:
     /// objects are named by their contents and shared by every image
-    /// cached there, a manifest by the digest it must have, so a
-    /// republished image never meets its old manifest.
+    /// cached there; the manifest is kept only if it must have the digest
+    /// `manifest` (`ALG:HEX`), under that name, so that a republished image
+    /// never meets its old manifest.
     pub fn with_cache(
         mut self,
         dir: &std::path::Path,
         max: u64,
-        manifest: &str,
+        manifest: Option<&str>,
     ) -> io::Result<Self> {
-        let name = format!("manifest-{}", manifest.replace(':', "-"));
-        if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        let name = manifest.map(|m| format!("manifest-{}", m.replace(':', "-")));
+        let valid = |n: &String| n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !name.iter().all(valid) {
             return Err(io::ErrorKind::InvalidInput.into());
         }
         self.disk = Some((DiskCache::open(dir, max)?, name));
@@ -115,7 +116,8 @@ impl RemoteStore {
 impl Store for RemoteStore {
     fn open(&self, path: &str) -> io::Result<Arc<dyn Source>> {
         let disk = match &self.disk {
-            Some((cache, manifest)) if path == MANIFEST_NAME => Some(cache.object(manifest)?),
+            Some((_, None)) if path == MANIFEST_NAME => None,
+            Some((cache, Some(manifest))) if path == MANIFEST_NAME => Some(cache.object(manifest)?),
             Some((cache, _)) => Some(cache.object(&path.replace('/', "-"))?),
             None => None,
         };
