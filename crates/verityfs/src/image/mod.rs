@@ -10,7 +10,7 @@
 //! ```
 //! use std::fs::File;
 //! use std::sync::Arc;
-//! use verityfs::image::{open_manifest, open_object, publish, EntryKind, MANIFEST_NAME};
+//! use verityfs::image::{open_manifest, open_object, publish, EntryKind, ManifestTrust, MANIFEST_NAME};
 //! use verityfs::{MerkleTreeParams, ReadOptions, Verifier};
 //!
 //! # let dir = tempfile::tempdir()?;
@@ -18,7 +18,7 @@
 //! # std::fs::create_dir_all(src.join("etc"))?;
 //! std::fs::write(src.join("etc/motd"), b"hello\n")?;
 //! let published = publish(&src, &dest, &MerkleTreeParams::default())?;
-//! let trusted = format!("sha256:{}", published.digest).parse()?;
+//! let trusted = ManifestTrust::Digest(format!("sha256:{}", published.digest).parse()?);
 //!
 //! let verifier = Verifier::new(ReadOptions::default());
 //! let source = Arc::new(File::open(dest.join(MANIFEST_NAME))?);
