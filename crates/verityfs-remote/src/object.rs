@@ -301,15 +301,17 @@ impl Source for Object {
     }
 
     /// Drops the chunks in memory and the blocks on disk of the range.
-    fn invalidate(&self, offset: u64, len: u64) {
+    fn invalidate(&self, offset: u64, len: u64) -> bool {
+        let mut dropped = false;
         if len > 0 {
             for chunk in offset / CHUNK..=(offset + len - 1) / CHUNK {
-                self.remote.chunks.forget(self.key(chunk));
+                dropped |= self.remote.chunks.forget(self.key(chunk));
             }
         }
         if let Some(disk) = &self.disk {
-            disk.forget(offset, len);
+            dropped |= disk.forget(offset, len);
         }
+        dropped
     }
 }
 
