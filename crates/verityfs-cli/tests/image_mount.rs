@@ -6,158 +6,23 @@
 //! damaged object must be refused.
 
 mod common;
+mod images;
 
-use std::fs::{self, File, FileTimes, OpenOptions, Permissions};
+use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::Read;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, SystemTime};
 
 use common::*;
+use images::*;
 
 /// The 3 MB file's size: not a multiple of the block size.
 const BIG_SIZE: usize = 3_000_000;
-/// A name that is not ASCII.
-const UNICODE_NAME: &str = "ünïcødé 名前.txt";
-
-/// A source tree, its image and a mount point, in one temporary directory.
-struct Image {
-    _dir: tempfile::TempDir,
-    src: PathBuf,
-    image: PathBuf,
-    /// The digest `verityfs publish` printed.
-    digest: String,
-}
-
-impl Image {
-    /// Publishes the test tree.
-    fn publish() -> Image {
-        prerequisites();
-        let dir = tempfile::Builder::new()
-            .prefix("verityfs-image-test")
-            .tempdir()
-            .unwrap();
-        let base = dir.path().canonicalize().unwrap();
-        let (src, image) = (base.join("src"), base.join("image"));
-        make_tree(&src);
-        let out = run_ok(Command::new(VERITYFS).arg("publish").arg(&src).arg(&image));
-        let digest = out.strip_suffix('\n').expect("one line").to_owned();
-        let hex = digest.strip_prefix("sha256:").expect("sha256:HEX");
-        assert!(
-            hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
-            "{out:?}"
-        );
-        Image {
-            _dir: dir,
-            src,
-            image,
-            digest,
-        }
-    }
-
-    /// Mounts the image with its digest and `args`.
-    fn mount(&self, args: &[&str]) -> Mount {
-        let digest = format!("--digest={}", self.digest);
-        let args: Vec<&str> = [&digest[..]]
-            .into_iter()
-            .chain(args.iter().copied())
-            .collect();
-        Mount::of_backing(&self.image, &args)
-    }
-
-    /// The object holding the contents of source file `name`.
-    fn object_of(&self, name: &str) -> PathBuf {
-        let digest = digest(&self.src.join(name), &[]);
-        let hex = digest.strip_prefix("sha256:").unwrap();
-        self.image.join("objects").join(format!("sha256-{hex}"))
-    }
-}
-
-/// Nested directories, an empty file, symlinks (relative, absolute,
-/// dangling), a non-ASCII name, a 3 MB file, a private file and an
-/// executable, with times down to the nanosecond.
-fn make_tree(src: &Path) {
-    fs::create_dir_all(src.join("a/b/c")).unwrap();
-    fs::create_dir(src.join("empty dir")).unwrap();
-    let files: &[(&str, Vec<u8>, u32)] = &[
-        ("big", random_bytes(BIG_SIZE, 7), 0o644),
-        ("empty", Vec::new(), 0o644),
-        ("a/b/c/deep", b"deep\n".to_vec(), 0o444),
-        ("a/run.sh", b"#!/bin/sh\necho hi\n".to_vec(), 0o755),
-        ("a/private", b"secret\n".to_vec(), 0o600),
-        ("a/dup", b"deep\n".to_vec(), 0o640),
-        (UNICODE_NAME, "unicode ✓\n".as_bytes().to_vec(), 0o644),
-    ];
-    for (i, (name, data, mode)) in files.iter().enumerate() {
-        let path = src.join(name);
-        fs::write(&path, data).unwrap();
-        fs::set_permissions(&path, Permissions::from_mode(*mode)).unwrap();
-        let mtime = SystemTime::UNIX_EPOCH + Duration::new(1_600_000_000 + i as u64, 123_456_789);
-        let file = File::options().write(true).open(&path).unwrap();
-        file.set_times(FileTimes::new().set_modified(mtime))
-            .unwrap();
-    }
-    std::os::unix::fs::symlink("b/c/deep", src.join("a/link")).unwrap();
-    std::os::unix::fs::symlink("/etc/hostname", src.join("absolute")).unwrap();
-    std::os::unix::fs::symlink("nowhere", src.join("dangling")).unwrap();
-    fs::set_permissions(src.join("a/b"), Permissions::from_mode(0o750)).unwrap();
-}
-
-/// What the listing compares of one path: name, kind, mode, size (not of
-/// directories, whose sizes are the filesystem's), mtime, symlink target.
-#[derive(Debug, PartialEq)]
-struct Listed {
-    path: PathBuf,
-    kind: &'static str,
-    mode: u32,
-    size: Option<u64>,
-    mtime: (i64, i64),
-    target: Option<PathBuf>,
-}
-
-/// Every path under `root`, sorted, without following symlinks.
-fn listing(root: &Path) -> Vec<Listed> {
-    let mut out = Vec::new();
-    let mut dirs = vec![root.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        for entry in fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let m = fs::symlink_metadata(&path).unwrap();
-            let kind = match m.file_type() {
-                t if t.is_dir() => "dir",
-                t if t.is_file() => "file",
-                t if t.is_symlink() => "symlink",
-                _ => "other",
-            };
-            if m.is_dir() {
-                dirs.push(path.clone());
-            }
-            out.push(Listed {
-                path: path.strip_prefix(root).unwrap().to_path_buf(),
-                kind,
-                mode: m.mode() & 0o7777,
-                size: (!m.is_dir()).then_some(m.len()),
-                mtime: (m.mtime(), m.mtime_nsec()),
-                target: m.is_symlink().then(|| fs::read_link(&path).unwrap()),
-            });
-        }
-    }
-    out.sort_by(|a, b| a.path.cmp(&b.path));
-    out
-}
-
-/// The regular files of a listing.
-fn regular_files(listed: &[Listed]) -> impl Iterator<Item = &Path> {
-    listed
-        .iter()
-        .filter(|l| l.kind == "file")
-        .map(|l| l.path.as_path())
-}
 
 #[test]
 fn the_mount_serves_the_published_tree_with_its_digests() {
-    let image = Image::publish();
+    let image = Image::publish(BIG_SIZE);
     let mount = image.mount(&[]);
     let source = listing(&image.src);
     assert_eq!(listing(&mount.mnt), source);
@@ -192,7 +57,7 @@ fn the_mount_serves_the_published_tree_with_its_digests() {
 
 #[test]
 fn nothing_changes_through_the_mount() {
-    let image = Image::publish();
+    let image = Image::publish(BIG_SIZE);
     let mount = image.mount(&[]);
     let path = |name: &str| mount.path(name);
     let erofs = libc::EROFS;
@@ -213,7 +78,7 @@ fn nothing_changes_through_the_mount() {
 
 #[test]
 fn nobody_reads_what_the_modes_allow() {
-    let image = Image::publish();
+    let image = Image::publish(BIG_SIZE);
     let mount = image.mount(&["-o", "allow_other"]);
     let as_nobody = |program: &str, path: &Path| {
         run(Command::new("setpriv")
@@ -256,7 +121,7 @@ fn nobody_reads_what_the_modes_allow() {
 
 #[test]
 fn a_wrong_digest_is_refused_before_mounting() {
-    let image = Image::publish();
+    let image = Image::publish(BIG_SIZE);
     let mnt = image.image.with_file_name("mnt");
     let last = image.digest.chars().last().unwrap();
     let flipped = if last == '0' { '1' } else { '0' };
@@ -283,7 +148,7 @@ fn a_wrong_digest_is_refused_before_mounting() {
 
 #[test]
 fn images_need_a_valid_digest_and_options_for_their_kind() {
-    let image = Image::publish();
+    let image = Image::publish(BIG_SIZE);
     let mnt = image.image.with_file_name("mnt");
     let usage = |args: &[&str], source: &Path, message: &str| {
         let out = mount_image(source, &mnt, args);
@@ -320,7 +185,7 @@ fn images_need_a_valid_digest_and_options_for_their_kind() {
 
 #[test]
 fn a_damaged_object_fails_its_block_only() {
-    let image = Image::publish();
+    let image = Image::publish(BIG_SIZE);
     let damaged = BIG_SIZE as u64 - 100;
     flip_byte(&image.object_of("big"), damaged);
     let mount = image.mount(&[]);
