@@ -10,7 +10,7 @@ mod common;
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::Read;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use common::images::*;
@@ -19,56 +19,9 @@ use common::*;
 /// The 3 MB file's size: not a multiple of the block size.
 const BIG_SIZE: usize = 3_000_000;
 
-/// A source tree, its image and a mount point, in one temporary directory.
-struct Image {
-    _dir: tempfile::TempDir,
-    src: PathBuf,
-    image: PathBuf,
-    /// The digest `verityfs publish` printed.
-    digest: String,
-}
-
-impl Image {
-    /// Publishes the test tree.
-    fn publish() -> Image {
-        prerequisites();
-        let dir = tempfile::Builder::new()
-            .prefix("verityfs-image-test")
-            .tempdir()
-            .unwrap();
-        let base = dir.path().canonicalize().unwrap();
-        let (src, image) = (base.join("src"), base.join("image"));
-        make_tree(&src, BIG_SIZE);
-        let digest = publish(&src, image.as_os_str(), &[]);
-        Image {
-            _dir: dir,
-            src,
-            image,
-            digest,
-        }
-    }
-
-    /// Mounts the image with its digest and `args`.
-    fn mount(&self, args: &[&str]) -> Mount {
-        let digest = format!("--digest={}", self.digest);
-        let args: Vec<&str> = [&digest[..]]
-            .into_iter()
-            .chain(args.iter().copied())
-            .collect();
-        Mount::of_backing(&self.image, &args)
-    }
-
-    /// The object holding the contents of source file `name`.
-    fn object_of(&self, name: &str) -> PathBuf {
-        let digest = digest(&self.src.join(name), &[]);
-        let hex = digest.strip_prefix("sha256:").unwrap();
-        self.image.join("objects").join(format!("sha256-{hex}"))
-    }
-}
-
 #[test]
 fn the_mount_serves_the_published_tree_with_its_digests() {
-    let image = Image::publish();
+    let image = Image::publish(BIG_SIZE);
     let mount = image.mount(&[]);
     let source = listing(&image.src);
     assert_eq!(listing(&mount.mnt), source);
@@ -103,7 +56,7 @@ fn the_mount_serves_the_published_tree_with_its_digests() {
 
 #[test]
 fn nothing_changes_through_the_mount() {
-    let image = Image::publish();
+    let image = Image::publish(BIG_SIZE);
     let mount = image.mount(&[]);
     let path = |name: &str| mount.path(name);
     let erofs = libc::EROFS;
@@ -124,7 +77,7 @@ fn nothing_changes_through_the_mount() {
 
 #[test]
 fn nobody_reads_what_the_modes_allow() {
-    let image = Image::publish();
+    let image = Image::publish(BIG_SIZE);
     let mount = image.mount(&["-o", "allow_other"]);
     let as_nobody = |program: &str, path: &Path| {
         run(Command::new("setpriv")
@@ -167,7 +120,7 @@ fn nobody_reads_what_the_modes_allow() {
 
 #[test]
 fn a_wrong_digest_is_refused_before_mounting() {
-    let image = Image::publish();
+    let image = Image::publish(BIG_SIZE);
     let mnt = image.image.with_file_name("mnt");
     let last = image.digest.chars().last().unwrap();
     let flipped = if last == '0' { '1' } else { '0' };
@@ -194,7 +147,7 @@ fn a_wrong_digest_is_refused_before_mounting() {
 
 #[test]
 fn images_need_a_valid_digest_and_options_for_their_kind() {
-    let image = Image::publish();
+    let image = Image::publish(BIG_SIZE);
     let mnt = image.image.with_file_name("mnt");
     let usage = |args: &[&str], source: &Path, message: &str| {
         let out = mount_image(source, &mnt, args);
@@ -231,7 +184,7 @@ fn images_need_a_valid_digest_and_options_for_their_kind() {
 
 #[test]
 fn a_damaged_object_fails_its_block_only() {
-    let image = Image::publish();
+    let image = Image::publish(BIG_SIZE);
     let damaged = BIG_SIZE as u64 - 100;
     flip_byte(&image.object_of("big"), damaged);
     let mount = image.mount(&[]);

@@ -161,9 +161,10 @@ impl Chunks {
         }
     }
 
-    /// Drops chunk `key` (its bytes failed verification).
-    pub(crate) fn forget(&self, key: Key) {
-        self.lock().slots.remove(&key);
+    /// Drops chunk `key` (its bytes failed verification); returns whether
+    /// it was there.
+    pub(crate) fn forget(&self, key: Key) -> bool {
+        self.lock().slots.remove(&key).is_some()
     }
 
     /// How many more chunks may be fetched ahead now: read-ahead takes at

@@ -282,12 +282,15 @@ impl CachedObject {
     }
 
     /// Drops the blocks of `len` bytes at `offset` (they failed
-    /// verification).
-    pub(crate) fn forget(&self, offset: u64, len: u64) {
+    /// verification); returns whether any was held.
+    pub(crate) fn forget(&self, offset: u64, len: u64) -> bool {
+        let blocks = offset / BLOCK..(offset + len).div_ceil(BLOCK);
         let mut map = self.lock();
-        let changed = map.set(offset / BLOCK..(offset + len).div_ceil(BLOCK), false);
+        let held = blocks.clone().any(|b| map.has(b));
+        let changed = map.set(blocks, false);
         let _ = self
             .map
             .write_all_at(&map.bits[changed.clone()], HEADER + changed.start as u64);
+        held
     }
 }

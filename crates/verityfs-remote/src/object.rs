@@ -166,8 +166,12 @@ impl Object {
     }
 
     /// Whether a read of `range` continues a stream (then the chunks after
-    /// it are requested ahead).
-    fn note_read(&self, range: &Range<u64>) -> bool {
+    /// it are requested ahead). A read from the start begins a stream; a
+    /// read elsewhere that costs no request (`in_memory`: the descriptor
+    /// and tree fetched when the file was opened) leaves the stream as it
+    /// is, so that it does not take the next reads of the stream for
+    /// random ones, fetched a second time.
+    fn note_read(&self, range: &Range<u64>, in_memory: bool) -> bool {
         let mut stream = self.stream.lock().unwrap_or_else(|e| e.into_inner());
         let (last_end, window) = &mut *stream;
         // Concurrent readers of one stream (the kernel's read-ahead, the
@@ -177,12 +181,19 @@ impl Object {
         let sequential = range.start == 0
             || (range.start.saturating_add(behind) >= *last_end
                 && range.start <= last_end.saturating_add(CHUNK));
+        if !sequential && in_memory {
+            return false;
+        }
         *window = if sequential {
             (*window * 2).min(WINDOW.end)
         } else {
             WINDOW.start
         };
-        *last_end = range.end.max(if sequential { *last_end } else { 0 });
+        *last_end = match range.start {
+            0 => range.end,
+            _ if sequential => range.end.max(*last_end),
+            _ => range.end,
+        };
         if sequential {
             self.read_ahead((range.end - 1) / CHUNK + 1, *window, false);
         }
@@ -269,7 +280,8 @@ impl Source for Object {
         if self.read_tail(buf, &range) || self.disk.as_ref().is_some_and(|d| d.read(buf, offset)) {
             return Ok(());
         }
-        if self.note_read(&range) || self.in_memory(&range) {
+        let in_memory = self.in_memory(&range);
+        if self.note_read(&range, in_memory) || in_memory {
             self.read_chunked(buf, offset)
         } else {
             self.read_exact(buf, offset)
@@ -338,15 +350,17 @@ impl Source for Object {
     }
 
     /// Drops the chunks in memory and the blocks on disk of the range.
-    fn invalidate(&self, offset: u64, len: u64) {
+    fn invalidate(&self, offset: u64, len: u64) -> bool {
+        let mut dropped = false;
         if len > 0 {
             for chunk in offset / CHUNK..=(offset + len - 1) / CHUNK {
-                self.remote.chunks.forget(self.key(chunk));
+                dropped |= self.remote.chunks.forget(self.key(chunk));
             }
         }
         if let Some(disk) = &self.disk {
-            disk.forget(offset, len);
+            dropped |= disk.forget(offset, len);
         }
+        dropped
     }
 }
 

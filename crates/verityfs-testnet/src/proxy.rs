@@ -117,7 +117,14 @@ impl Proxy {
     /// Starts a proxy to `upstream`, on a free port of 127.0.0.1, without
     /// faults.
     pub fn start(upstream: SocketAddr) -> io::Result<Proxy> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        Proxy::start_on(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), upstream)
+    }
+
+    /// Starts a proxy to `upstream` on `addr`, without faults: e.g. on the
+    /// address of a proxy dropped before, so that a client that found the
+    /// server gone finds it back at the same URL.
+    pub fn start_on(addr: SocketAddr, upstream: SocketAddr) -> io::Result<Proxy> {
+        let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             upstream,

@@ -69,9 +69,12 @@ pub trait Source: Send + Sync {
 
     /// The `len` bytes at `offset` failed verification: a source that keeps
     /// copies (a cache in memory or on disk) drops them, so that the next
-    /// read fetches them again instead of failing for ever. The default
-    /// does nothing (a file has no copy of its own).
-    fn invalidate(&self, _offset: u64, _len: u64) {}
+    /// read fetches them again instead of failing for ever. Returns whether
+    /// it dropped any: then reading them again may give other bytes. The
+    /// default does nothing (a file has no copy of its own).
+    fn invalidate(&self, _offset: u64, _len: u64) -> bool {
+        false
+    }
 }
 
 impl Source for File {

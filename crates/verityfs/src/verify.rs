@@ -31,6 +31,7 @@
 
 use std::cell::Cell;
 use std::io::{self, IoSliceMut};
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -128,41 +129,65 @@ impl VerityFile {
         let len = (buf.len() as u64).min(size - offset) as usize;
         let log_bs = self.log_block_size();
         let (first, last) = (offset >> log_bs, (offset + len as u64 - 1) >> log_bs);
-        let start = first << log_bs;
-        let end = ((last + 1) << log_bs).min(size);
+        let blocks = first << log_bs..((last + 1) << log_bs).min(size);
         let mut plan = self.plan_tree_reads(first, last, offset, len);
         let buf = &mut buf[..len];
-        if start == offset && end == offset + len as u64 {
-            // The data is read straight into the caller's buffer: if it
-            // fails its check, the caller must not be left holding it.
-            let checked = self
-                .read_data(buf, start)
-                .and_then(|()| self.verify_data(first, buf, &mut plan));
-            if let Err(e) = checked {
-                buf.fill(0);
-                return Err(self.forget_corrupt(e, start, end));
-            }
-        } else {
-            with_bounce_buffer((end - start) as usize, |blocks| -> Result<()> {
-                self.read_data(blocks, start)?;
-                self.verify_data(first, blocks, &mut plan)?;
-                buf.copy_from_slice(&blocks[(offset - start) as usize..][..len]);
-                Ok(())
-            })
-            .map_err(|e| self.forget_corrupt(e, start, end))?;
+        match self.read_blocks(buf, offset, &blocks, &mut plan) {
+            // The bad bytes may be a copy the source kept, fetched while
+            // the storage was bad (read ahead with a neighbour): once it is
+            // dropped, the storage is read and checked once more, so that
+            // the first read after a repair does not fail.
+            Err(e) if self.forget_corrupt(&e, &blocks) => self
+                .read_blocks(buf, offset, &blocks, &mut plan)
+                .inspect_err(|e| {
+                    self.forget_corrupt(e, &blocks);
+                })?,
+            checked => checked?,
         }
         Ok(len)
     }
 
-    /// `e`, after telling the data's source to drop any copy it keeps of
-    /// `start..end` if it failed verification there.
-    fn forget_corrupt(&self, e: Error, start: u64, end: u64) -> Error {
-        if let Error::Corrupted(c) = &e {
-            if c.level < 0 {
-                self.data.invalidate(start, end - start);
+    /// Fills `buf` with the data at `offset`, which lies in `blocks` (the
+    /// whole blocks it touches), verified.
+    fn read_blocks(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        blocks: &Range<u64>,
+        plan: &mut ReadPlan,
+    ) -> Result<()> {
+        let first = blocks.start >> self.log_block_size();
+        if blocks.start == offset && blocks.end == offset + buf.len() as u64 {
+            // The data is read straight into the caller's buffer: if it
+            // fails its check, the caller must not be left holding it.
+            let checked = self
+                .read_data(buf, offset)
+                .and_then(|()| self.verify_data(first, buf, plan));
+            if checked.is_err() {
+                buf.fill(0);
             }
+            checked
+        } else {
+            let len = (blocks.end - blocks.start) as usize;
+            with_bounce_buffer(len, |data| -> Result<()> {
+                self.read_data(data, blocks.start)?;
+                self.verify_data(first, data, plan)?;
+                buf.copy_from_slice(&data[(offset - blocks.start) as usize..][..buf.len()]);
+                Ok(())
+            })
         }
-        e
+    }
+
+    /// If `e` is a failed check of data in `blocks`, tells the data's
+    /// source to drop any copy it keeps of them; returns whether it had
+    /// one.
+    fn forget_corrupt(&self, e: &Error, blocks: &Range<u64>) -> bool {
+        match e {
+            Error::Corrupted(c) if c.level < 0 => self
+                .data
+                .invalidate(blocks.start, blocks.end - blocks.start),
+            _ => false,
+        }
     }
 
     fn log_block_size(&self) -> u32 {

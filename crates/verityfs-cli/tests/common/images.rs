@@ -1,6 +1,7 @@
-//! What the image suites share (`image_mount.rs`, `remote_s3.rs`): the
-//! test tree, `verityfs publish` of it, a listing to compare a mount with
-//! its source, and the mount's counters.
+//! What the image suites share (`image_mount.rs`, `remote_mount.rs`,
+//! `remote_s3.rs`): the test tree, `verityfs publish` of it, an [`Image`]
+//! published in a directory, a listing to compare a mount with its source,
+//! and the mount's counters.
 
 use std::ffi::OsStr;
 use std::fs::{self, File, FileTimes, Permissions};
@@ -9,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-use super::{random_bytes, run_ok, VERITYFS};
+use super::{digest, prerequisites, random_bytes, run_ok, Mount, VERITYFS};
 
 /// A name that is not ASCII.
 pub const UNICODE_NAME: &str = "ünïcødé 名前.txt";
@@ -124,4 +125,64 @@ pub fn counter(mnt: &Path, name: &str) -> u64 {
         .take_while(char::is_ascii_digit)
         .collect();
     digits.parse().unwrap()
+}
+
+/// A source tree, its image and a mount point, in one temporary directory.
+pub struct Image {
+    _dir: tempfile::TempDir,
+    pub src: PathBuf,
+    pub image: PathBuf,
+    /// The digest `verityfs publish` printed.
+    pub digest: String,
+}
+
+impl Image {
+    /// Publishes the test tree ([`make_tree`]) with a file `big` of
+    /// `big_size` random bytes.
+    pub fn publish(big_size: usize) -> Image {
+        prerequisites();
+        let dir = tempfile::Builder::new()
+            .prefix("verityfs-image-test")
+            .tempdir()
+            .unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let (src, image) = (base.join("src"), base.join("image"));
+        make_tree(&src, big_size);
+        let digest = publish(&src, image.as_os_str(), &[]);
+        Image {
+            _dir: dir,
+            src,
+            image,
+            digest,
+        }
+    }
+
+    /// Mounts the image's directory with its digest and `args`.
+    pub fn mount(&self, args: &[&str]) -> Mount {
+        self.mount_from(&self.image, args)
+    }
+
+    /// Mounts the image at `source` (its directory or a URL) with its
+    /// digest and `args`.
+    pub fn mount_from(&self, source: &Path, args: &[&str]) -> Mount {
+        let digest = format!("--digest={}", self.digest);
+        let args: Vec<&str> = [&digest[..]]
+            .into_iter()
+            .chain(args.iter().copied())
+            .collect();
+        Mount::of_backing(source, &args)
+    }
+
+    /// The fs-verity digest's hex of source file `name`: its object's name
+    /// is `sha256-HEX`.
+    pub fn object_hex(&self, name: &str) -> String {
+        let digest = digest(&self.src.join(name), &[]);
+        digest.strip_prefix("sha256:").unwrap().to_owned()
+    }
+
+    /// The object holding the contents of source file `name`.
+    pub fn object_of(&self, name: &str) -> PathBuf {
+        let hex = self.object_hex(name);
+        self.image.join("objects").join(format!("sha256-{hex}"))
+    }
 }

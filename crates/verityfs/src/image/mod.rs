@@ -178,13 +178,37 @@ fn open_checked(
     source: Arc<dyn Source>,
     location: Location,
     name: &Path,
-    trusted: impl FnOnce(&VerityFile) -> std::result::Result<(), Refusal>,
+    trusted: impl Fn(&VerityFile) -> std::result::Result<(), Refusal>,
 ) -> Result<VerityFile> {
     // Before the descriptor is read, so that a remote source fetches it in
     // the same request as the rest (all of a small file, or the tree).
     if let Some((start, len)) = crate::open::open_prefetch(&location, &*source) {
         source.prefetch(start, len);
     }
+    let open = || open_descriptor(verifier, &source, location, name, &trusted);
+    // A descriptor refused may be a copy the source kept, fetched while
+    // the storage was bad: it is dropped, so that the next open fetches
+    // it again, and if there was one, read and checked once more now.
+    let forget = |e: &Error| {
+        !matches!(e, Error::Io(_) | Error::IoAt { .. })
+            && source.invalidate(location.desc_pos, location.desc_size.into())
+    };
+    match open() {
+        Err(e) if forget(&e) => open().inspect_err(|e| {
+            forget(e);
+        }),
+        opened => opened,
+    }
+}
+
+/// [`open_checked`] once: reads the descriptor at `location` and checks it.
+fn open_descriptor(
+    verifier: &Arc<Verifier>,
+    source: &Arc<dyn Source>,
+    location: Location,
+    name: &Path,
+    trusted: impl Fn(&VerityFile) -> std::result::Result<(), Refusal>,
+) -> Result<VerityFile> {
     let mut descriptor = vec![0u8; location.desc_size as usize];
     source
         .read_exact_at(&mut descriptor, location.desc_pos)
@@ -194,7 +218,7 @@ fn open_checked(
         })?;
     let file = VerityFile::open_sources(
         verifier,
-        (source.clone(), source),
+        (source.clone(), source.clone()),
         location,
         &descriptor,
         name,

@@ -1,0 +1,583 @@
+//! Images over HTTP end to end: `verityfs publish` a tree, serve it with a
+//! real nginx, directly or through the fault-injecting proxy of
+//! verityfs-testnet, and mount its URL with the real `verityfs` binary
+//! (real FUSE mounts). What the mount serves must equal the source; the
+//! requests it makes are read back from nginx's access log; faults (a
+//! server down, stalled, cutting or corrupting its responses) must give
+//! `EIO` in bounded time or the right bytes, never wrong bytes, and leave
+//! the mount serving once cleared; the disk cache must serve a remount
+//! without the network; the daemon's memory must stay bounded while a
+//! large file streams through it.
+//!
+//! Every read runs on a thread of its own under a watchdog, and every
+//! mount is unmounted (its daemon killed if need be) when its guard is
+//! dropped: no test can hang.
+
+mod common;
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::images::*;
+use common::*;
+use verityfs_testnet::{Faults, Nginx, Proxy, Request};
+
+/// The big file's size: several of the store's chunks, not a multiple of
+/// the block size.
+const BIG_SIZE: usize = 9_000_000;
+/// The block size of the images' trees.
+const BLOCK: u64 = 4096;
+/// The remote store's chunk: the most one request of a stream asks for.
+const CHUNK: u64 = 2 << 20;
+/// Objects start their tree at a multiple of this (docs/IMAGE.md).
+const TREE_ALIGN: u64 = 65536;
+/// The fault tests' `--timeout`.
+const TIMEOUT: &str = "--timeout=3";
+/// How long a read failing because of a fault may take: the timeout,
+/// and two seconds.
+const EIO_BOUND: Duration = Duration::from_secs(3 + 2);
+/// How long any read may take before the test fails as hung.
+const READ_LIMIT: Duration = Duration::from_secs(60);
+/// Where the image's objects are on the servers: faults apply to them
+/// only, so that mounting (which reads the manifest) is not disturbed.
+const OBJECTS: &str = "/image/objects/";
+
+/// The published test tree, served by a private nginx at `/image`.
+struct Served {
+    image: Image,
+    nginx: Nginx,
+}
+
+impl Served {
+    /// The tree with a file `big` of `big_size` bytes.
+    fn new(big_size: usize) -> Served {
+        let image = Image::publish(big_size);
+        let nginx = Nginx::serve(image.image.parent().unwrap()).unwrap();
+        Served { image, nginx }
+    }
+
+    /// Mounts the image from the server at `base` (`http://HOST:PORT/`).
+    fn mount(&self, base: &str, args: &[&str]) -> Mount {
+        self.image
+            .mount_from(&PathBuf::from(format!("{base}image")), args)
+    }
+
+    /// Every request nginx has logged.
+    fn requests(&self) -> Vec<Request> {
+        self.nginx.requests().unwrap()
+    }
+
+    /// The contents of source file `name`.
+    fn source(&self, name: &str) -> Vec<u8> {
+        fs::read(self.image.src.join(name)).unwrap()
+    }
+
+    /// The path on the server of the object of source file `name`.
+    fn object_uri(&self, name: &str) -> String {
+        format!("{OBJECTS}sha256-{}", self.image.object_hex(name))
+    }
+}
+
+/// A read's result and how long it took.
+type Timed<T> = (io::Result<T>, Duration);
+
+/// Runs `read` on a thread of its own under a watchdog, timed.
+fn timed<T: Send + 'static>(
+    what: &str,
+    read: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> Timed<T> {
+    let start = Instant::now();
+    let result = with_watchdog(what, READ_LIMIT, read);
+    (result, start.elapsed())
+}
+
+/// Opens `path` (for an image's file, its object is checked then).
+fn open(path: &Path) -> Timed<Arc<File>> {
+    let path = path.to_owned();
+    timed("open", move || File::open(path).map(Arc::new))
+}
+
+/// `len` bytes at `offset` of an open file.
+fn read_file_at(file: &Arc<File>, offset: u64, len: usize) -> Timed<Vec<u8>> {
+    let file = file.clone();
+    timed("pread", move || {
+        let mut buf = vec![0; len];
+        file.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
+    })
+}
+
+/// All of `path`, opened and read from its start.
+fn read_all(path: &Path) -> Timed<Vec<u8>> {
+    let path = path.to_owned();
+    timed("read", move || fs::read(path))
+}
+
+/// Asserts that a read gave `expected`.
+#[track_caller]
+fn assert_bytes(read: Timed<Vec<u8>>, expected: &[u8], what: &str) -> Duration {
+    match read {
+        (Ok(bytes), took) => {
+            assert!(bytes == expected, "{what}: wrong bytes");
+            took
+        }
+        (Err(e), _) => panic!("{what}: {e}"),
+    }
+}
+
+/// Asserts that a read failed with `EIO`.
+#[track_caller]
+fn assert_eio<T>(read: Timed<T>, what: &str) -> Duration {
+    let (result, took) = read;
+    // Not the bytes read, if any: only that there were some.
+    assert_errno(result.map(|_| "data"), libc::EIO, what);
+    took
+}
+
+/// Asserts that a read failed with `EIO` within [`EIO_BOUND`].
+#[track_caller]
+fn assert_eio_in_time<T>(read: Timed<T>, what: &str) -> Duration {
+    let took = assert_eio(read, what);
+    assert!(took < EIO_BOUND, "{what}: EIO after {took:?}");
+    took
+}
+
+/// Asserts that a read gave `expected` or failed with `EIO`, never other
+/// bytes; says which.
+#[track_caller]
+fn assert_right_or_eio(read: Timed<Vec<u8>>, expected: &[u8], what: &str) -> String {
+    match read {
+        (Ok(bytes), took) => {
+            assert!(bytes == expected, "{what}: wrong bytes");
+            format!("right bytes in {took:?}")
+        }
+        (Err(e), took) => {
+            assert_eq!(e.raw_os_error(), Some(libc::EIO), "{what}: {e}");
+            format!("EIO in {took:?}")
+        }
+    }
+}
+
+/// `faults` applied to the objects only.
+fn on_objects(faults: Faults) -> Faults {
+    Faults {
+        only_path_containing: Some(OBJECTS.into()),
+        ..faults
+    }
+}
+
+/// The mount lists the source tree (from the manifest in memory: it does
+/// not need the server).
+#[track_caller]
+fn assert_lists_the_source(mount: &Mount, served: &Served) {
+    let mnt = mount.mnt.clone();
+    let listed = with_watchdog("listing", READ_LIMIT, move || listing(&mnt));
+    assert_eq!(listed, listing(&served.image.src));
+}
+
+/// The bytes `first..last+1` a request's `Range: bytes=...` header asks
+/// for, of an object of `size` bytes.
+fn range_of(request: &Request, size: u64) -> Range<u64> {
+    let spec = request
+        .range
+        .as_deref()
+        .and_then(|r| r.strip_prefix("bytes="));
+    let (first, last) = spec
+        .and_then(|s| s.split_once('-'))
+        .unwrap_or_else(|| panic!("not a single range: {request:?}"));
+    let number = |s: &str| -> u64 { s.parse().unwrap_or_else(|_| panic!("{request:?}")) };
+    match (first, last) {
+        ("", suffix) => size.saturating_sub(number(suffix))..size,
+        (first, "") => number(first)..size,
+        (first, last) => number(first)..(number(last) + 1).min(size),
+    }
+}
+
+/// Where the big file's blocks are read in the request tests: `first`,
+/// more than a chunk from the start (a read at the start is a stream, read
+/// ahead), and `far`, two chunks further or more and before the chunk
+/// holding the tree (fetched whole, with data, when the file is opened).
+fn random_blocks(seed: u64) -> (u64, u64) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let blocks = CHUNK / BLOCK;
+    let first = rng.u64(blocks + 16..2 * blocks) * BLOCK;
+    let tree_chunk = (BIG_SIZE as u64).next_multiple_of(TREE_ALIGN) / CHUNK * CHUNK;
+    let far = rng.u64((first + 2 * CHUNK) / BLOCK..tree_chunk / BLOCK) * BLOCK;
+    (first, far)
+}
+
+/// A block of `data` at `offset`.
+fn block(data: &[u8], offset: u64) -> &[u8] {
+    &data[offset as usize..][..BLOCK as usize]
+}
+
+#[test]
+fn a_mount_over_http_serves_the_published_tree() {
+    let served = Served::new(BIG_SIZE);
+    let mount = served.mount(&served.nginx.url(), &[]);
+    assert_lists_the_source(&mount, &served);
+    let source = listing(&served.image.src);
+    assert_eq!(source.len(), 14, "{source:#?}");
+    for name in regular_files(&source) {
+        let (path, original) = (mount.mnt.join(name), served.image.src.join(name));
+        let what = format!("{name:?}");
+        assert_bytes(read_all(&path), &fs::read(&original).unwrap(), &what);
+        assert_eq!(measure(&path), digest(&original, &[]), "{name:?}");
+    }
+
+    // A wrong digest: refused, nothing mounted.
+    let last = served.image.digest.chars().last().unwrap();
+    let flipped = if last == '0' { '1' } else { '0' };
+    let digest = &served.image.digest;
+    let wrong = format!("{}{flipped}", &digest[..digest.len() - 1]);
+    let mnt = tempfile::tempdir().unwrap();
+    let out = run(Command::new(VERITYFS)
+        .arg("mount")
+        .arg(format!("{}image", served.nginx.url()))
+        .arg(mnt.path())
+        .arg(format!("--digest={wrong}")));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("does not match --digest"), "{stderr}");
+    assert!(!is_mounted(mnt.path()));
+}
+
+#[test]
+fn a_cold_stream_asks_for_ranges_of_a_chunk_at_most() {
+    let served = Served::new(BIG_SIZE);
+    let mount = served.mount(&served.nginx.url(), &[]);
+    let mounting = served.requests().len();
+    let took = assert_bytes(
+        read_all(&mount.path("big")),
+        &served.source("big"),
+        "the big file",
+    );
+    let mut requests = served.requests();
+    for r in &requests {
+        assert_eq!((&r.method[..], r.status), ("GET", 206), "{r:?}");
+    }
+    let reading = requests.split_off(mounting);
+    let uri = served.object_uri("big");
+    let size = fs::metadata(served.image.object_of("big")).unwrap().len();
+    let ranges: Vec<Range<u64>> = reading
+        .iter()
+        .map(|r| {
+            assert_eq!(r.uri, uri, "{r:?}");
+            let range = range_of(r, size);
+            assert!(range.end - range.start <= CHUNK, "{r:?}");
+            assert_eq!(r.body_bytes_sent, range.end - range.start, "{r:?}");
+            range
+        })
+        .collect();
+    // The kernel splits a large read into reads of 1 MiB sent together,
+    // which the daemon may take in any order: one taken before the reads
+    // ahead of it looks random and is fetched exactly, besides the chunk
+    // holding it. A byte may so be fetched twice, not more.
+    let mut bounds: Vec<u64> = ranges.iter().flat_map(|r| [r.start, r.end]).collect();
+    bounds.sort_unstable();
+    bounds.dedup();
+    let mut twice = 0;
+    for piece in bounds.windows(2) {
+        let times = ranges
+            .iter()
+            .filter(|r| r.start <= piece[0] && piece[1] <= r.end)
+            .count();
+        assert!(times <= 2, "{piece:?} fetched {times} times: {ranges:?}");
+        twice += if times == 2 { piece[1] - piece[0] } else { 0 };
+    }
+    let fetched: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+    println!(
+        "mounting: {mounting} range requests; a cold read of {BIG_SIZE} bytes in {took:?}: \
+         {} range requests (all 206) of {fetched} bytes of the {size}-byte object \
+         ({twice} bytes fetched twice)",
+        reading.len()
+    );
+}
+
+#[test]
+fn a_cold_random_block_costs_one_request_of_one_block() {
+    let served = Served::new(BIG_SIZE);
+    let mount = served.mount(&served.nginx.url(), &[]);
+    let big = served.source("big");
+    let (first, far) = random_blocks(1);
+    let file = open(&mount.path("big")).0.unwrap();
+    let opening = served.requests().len();
+    assert_bytes(
+        read_file_at(&file, first, 4096),
+        block(&big, first),
+        "first",
+    );
+    let warm = served.requests().len();
+    assert_bytes(read_file_at(&file, far, 4096), block(&big, far), "far");
+    let requests = served.requests().split_off(warm);
+    let [request] = &requests[..] else {
+        panic!("a random block at {far}: {requests:#?}");
+    };
+    let size = fs::metadata(served.image.object_of("big")).unwrap().len();
+    assert_eq!(range_of(request, size), far..far + BLOCK, "{request:?}");
+    assert_eq!(request.status, 206, "{request:?}");
+    println!(
+        "mount and open: {opening} requests; first block at {first}: {} requests; \
+         a block {} bytes further: 1 request ({:?})",
+        warm - opening,
+        far - first,
+        request.range
+    );
+}
+
+#[test]
+fn a_server_down_fails_reads_in_time_and_the_mount_serves_again() {
+    let served = Served::new(BIG_SIZE);
+    let proxy = Proxy::start(served.nginx.addr()).unwrap();
+    let big = served.source("big");
+    let (a, _) = random_blocks(2);
+    // A new daemon (nothing in memory) with the big file open.
+    let mount_and_open = |proxy: &Proxy| {
+        let mount = served.mount(&proxy.url(), &[TIMEOUT]);
+        let file = open(&mount.path("big")).0.unwrap();
+        (mount, file)
+    };
+    let fails_in_time = |mount: &Mount, file: &Arc<File>, down: &str| {
+        let read = assert_eio_in_time(read_file_at(file, a, 4096), down);
+        let opened = assert_eio_in_time(open(&mount.path("a/run.sh")), down);
+        assert_lists_the_source(mount, &served);
+        format!("{down}: read {read:?}, open {opened:?}")
+    };
+    let serves_again = |mount: &Mount, file: &Arc<File>, what: &str| {
+        assert_bytes(read_file_at(file, a, 4096), block(&big, a), what);
+        let small = read_all(&mount.path("a/run.sh"));
+        assert_bytes(small, &served.source("a/run.sh"), what);
+        assert_bytes(read_all(&mount.path("big")), &big, what);
+    };
+
+    let (mount, file) = mount_and_open(&proxy);
+    proxy.set(on_objects(Faults {
+        status: Some(503),
+        ..Faults::default()
+    }));
+    let status = fails_in_time(&mount, &file, "503");
+    proxy.set(Faults::default());
+    serves_again(&mount, &file, "after 503");
+    drop((file, mount));
+
+    let (mount, file) = mount_and_open(&proxy);
+    let addr = proxy.addr();
+    drop(proxy);
+    let closed = fails_in_time(&mount, &file, "port closed");
+    let _proxy = Proxy::start_on(addr, served.nginx.addr()).unwrap();
+    serves_again(&mount, &file, "port open again");
+    println!("EIO after: {status}; {closed}");
+}
+
+#[test]
+fn a_stalled_server_fails_reads_in_time() {
+    let served = Served::new(BIG_SIZE);
+    let proxy = Proxy::start(served.nginx.addr()).unwrap();
+    let mount = served.mount(&proxy.url(), &[TIMEOUT]);
+    let big = served.source("big");
+    let (a, _) = random_blocks(3);
+    let file = open(&mount.path("big")).0.unwrap();
+
+    proxy.set(on_objects(Faults {
+        stall: true,
+        ..Faults::default()
+    }));
+    let read = assert_eio_in_time(read_file_at(&file, a, 4096), "a read, stalled");
+    let stream = assert_eio_in_time(read_all(&mount.path("big")), "a stream, stalled");
+    let opened = assert_eio_in_time(open(&mount.path("a/run.sh")), "an open, stalled");
+    assert_lists_the_source(&mount, &served);
+    proxy.set(Faults::default());
+    assert_bytes(read_file_at(&file, a, 4096), block(&big, a), "released");
+    assert_bytes(read_all(&mount.path("big")), &big, "all, released");
+    println!("EIO after: read {read:?}, stream {stream:?}, open {opened:?}");
+}
+
+#[test]
+fn cut_responses_give_the_right_bytes_or_eio() {
+    let served = Served::new(BIG_SIZE);
+    let proxy = Proxy::start(served.nginx.addr()).unwrap();
+    let big = served.source("big");
+    let (_, far) = random_blocks(4);
+    let cuts = [0, 1000, 1 << 20].into_iter().flat_map(|at| {
+        [
+            Faults {
+                truncate_after: Some(at),
+                ..Faults::default()
+            },
+            Faults {
+                reset_after: Some(at),
+                ..Faults::default()
+            },
+        ]
+    });
+    for faults in cuts {
+        // A new daemon: nothing in memory.
+        let mount = served.mount(&proxy.url(), &[TIMEOUT]);
+        let file = open(&mount.path("big")).0.unwrap();
+        proxy.set(on_objects(faults.clone()));
+        let what = format!("{faults:?}");
+        let stream = assert_right_or_eio(read_all(&mount.path("big")), &big, &what);
+        let random = read_file_at(&file, far, 4096);
+        let random = assert_right_or_eio(random, block(&big, far), &what);
+        proxy.set(Faults::default());
+        assert_bytes(read_all(&mount.path("big")), &big, "cleared");
+        println!(
+            "truncate {:?}, reset {:?}: stream: {stream}; random block: {random}",
+            faults.truncate_after, faults.reset_after
+        );
+    }
+}
+
+#[test]
+fn flipped_bytes_give_eio_and_are_not_sticky() {
+    let served = Served::new(BIG_SIZE);
+    let proxy = Proxy::start(served.nginx.addr()).unwrap();
+    let big = served.source("big");
+    let (first, far) = random_blocks(5);
+    let flip_at = |at: u64| {
+        on_objects(Faults {
+            flip_byte_at: Some(at),
+            ..Faults::default()
+        })
+    };
+
+    // Data: a random block (fetched exactly), a stream (in chunks). The
+    // kernel tries a failed read again, and the second try may fetch a
+    // range starting elsewhere (a whole chunk, if it looks sequential):
+    // a block at the start of a chunk has its byte 100 flipped either way.
+    let mount = served.mount(&proxy.url(), &[TIMEOUT]);
+    let file = open(&mount.path("big")).0.unwrap();
+    assert_bytes(
+        read_file_at(&file, first, 4096),
+        block(&big, first),
+        "first",
+    );
+    let far = far / CHUNK * CHUNK;
+    proxy.set(flip_at(100));
+    assert_eio(read_file_at(&file, far, 4096), "a block");
+    assert_eio(read_all(&mount.path("big")), "a stream");
+    proxy.set(Faults::default());
+    assert_bytes(read_file_at(&file, far, 4096), block(&big, far), "a block");
+    assert_bytes(read_all(&mount.path("big")), &big, "a stream");
+    drop((file, mount));
+
+    // A small file's descriptor (a byte of its root hash): the file is
+    // fetched whole at its open.
+    let mount = served.mount(&proxy.url(), &[TIMEOUT]);
+    let small = "a/run.sh";
+    let descriptor = (served.source(small).len() as u64).next_multiple_of(TREE_ALIGN);
+    proxy.set(flip_at(descriptor + 20));
+    assert_eio(read_all(&mount.path(small)), "a descriptor");
+    proxy.set(Faults::default());
+    assert_bytes(read_all(&mount.path(small)), &served.source(small), "small");
+
+    // The big file's tree, fetched in the chunk holding it at its open.
+    let tree = (BIG_SIZE as u64).next_multiple_of(TREE_ALIGN);
+    proxy.set(flip_at(tree % CHUNK + 100));
+    assert_eio(read_all(&mount.path("big")), "the tree");
+    proxy.set(Faults::default());
+    assert_bytes(read_all(&mount.path("big")), &big, "the tree");
+}
+
+#[test]
+fn the_disk_cache_serves_a_remount_without_the_network() {
+    let served = Served::new(BIG_SIZE);
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = format!("--cache-dir={}", cache.path().join("cache").display());
+    let url = served.nginx.url();
+    let source = listing(&served.image.src);
+    let read_everything = |mount: &Mount| {
+        assert_lists_the_source(mount, &served);
+        for name in regular_files(&source) {
+            let original = fs::read(served.image.src.join(name)).unwrap();
+            assert_bytes(read_all(&mount.mnt.join(name)), &original, "file");
+        }
+    };
+
+    let mut mount = served.mount(&url, &[&cache_dir]);
+    read_everything(&mount);
+    mount.unmount();
+    let first = served.requests().len();
+    let mut mount = served.mount(&url, &[&cache_dir]);
+    read_everything(&mount);
+    mount.unmount();
+    let again = served.requests().len() - first;
+    assert_eq!(again, 0, "requests for a cached image");
+
+    // A damaged block in the cache: fetched again from the server.
+    let cached = cache
+        .path()
+        .join("cache")
+        .join(format!("objects-sha256-{}", served.image.object_hex("big")));
+    flip_byte(&cached, 5000);
+    let mut mount = served.mount(&url, &[&cache_dir]);
+    let big = served.source("big");
+    assert_bytes(read_all(&mount.path("big")), &big, "a damaged cache");
+    mount.unmount();
+    let refetched = served.requests().len() - first;
+    assert!(refetched >= 1, "the damaged block was not fetched again");
+
+    // Offline.
+    let Served { image, nginx } = served;
+    drop(nginx);
+    let mount = image.mount_from(&PathBuf::from(format!("{url}image")), &[&cache_dir]);
+    let mnt = mount.mnt.clone();
+    let listed = with_watchdog("listing", READ_LIMIT, move || listing(&mnt));
+    assert_eq!(listed, source);
+    for name in regular_files(&source) {
+        let original = fs::read(image.src.join(name)).unwrap();
+        assert_bytes(read_all(&mount.mnt.join(name)), &original, "offline");
+    }
+    println!(
+        "first mount: {first} requests; remount: 0; a damaged cached block: \
+         {refetched} requests; offline: every file read"
+    );
+}
+
+#[test]
+fn memory_stays_bounded_while_a_large_file_streams() {
+    const SIZE: usize = 128 << 20;
+    const PIECE: usize = 1 << 20;
+    const BOUND_KIB: u64 = 300 << 10;
+    let served = Served::new(SIZE);
+    let mount = served.mount(&served.nginx.url(), &[]);
+    let pid = mount.daemon_pid().as_raw_nonzero();
+    let status = format!("/proc/{pid}/status");
+    let kib = |field: &str| -> u64 {
+        let text = fs::read_to_string(&status).unwrap();
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .unwrap_or_else(|| panic!("no {field} in {text}"));
+        line.trim().trim_end_matches("kB").trim().parse().unwrap()
+    };
+    let before = kib("VmHWM:");
+    let (mnt, src) = (mount.path("big"), served.image.src.join("big"));
+    let (checked, took) = timed("stream", move || {
+        let (mut served, mut original) = (File::open(mnt)?, File::open(src)?);
+        let (mut a, mut b) = (vec![0; PIECE], vec![0; PIECE]);
+        for _ in 0..SIZE / PIECE {
+            served.read_exact(&mut a)?;
+            original.read_exact(&mut b)?;
+            if a != b {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    });
+    assert!(checked.unwrap(), "wrong bytes");
+    let peak = kib("VmHWM:");
+    assert!(peak < BOUND_KIB, "peak RSS {peak} KiB");
+    println!(
+        "streaming {} MiB in {took:?}: the daemon's peak RSS {} MiB (before: {} MiB)",
+        SIZE >> 20,
+        peak >> 10,
+        before >> 10
+    );
+}
