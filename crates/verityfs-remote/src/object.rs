@@ -15,12 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore};
 use verityfs::Source;
 
-use crate::chunks::{Key, Slot, CHUNK};
+use crate::chunks::{Chunks, Key, Slot, CHUNK};
 use crate::disk::CachedObject;
 use crate::errors::{io_error, past_end};
 use crate::runtime::within;
@@ -39,14 +40,18 @@ pub(crate) struct Object {
     path: Path,
     /// The store's number for the object (its chunks' keys).
     id: u64,
-    /// Its size, as the first response said ([`UNKNOWN`] before).
+    /// Its size, as the last response said ([`UNKNOWN`] before).
     size: Arc<AtomicU64>,
     /// The end of the last read of a stream, and its window.
     stream: Mutex<(u64, u64)>,
-    /// The end of the object, when [`Source::size`] had to ask for it.
-    tail: std::sync::OnceLock<(u64, Bytes)>,
+    /// The end of the object, when [`Source::size`] had to ask for it
+    /// (dropped by [`Source::invalidate`]).
+    tail: Mutex<Option<(u64, Bytes)>>,
     /// Its bytes on disk, with a cache directory.
     disk: Option<Arc<CachedObject>>,
+    /// Whether the size the disk cache keeps was found wrong
+    /// ([`Source::invalidate`]): then only the server's answer counts.
+    disk_size_wrong: std::sync::atomic::AtomicBool,
     /// Where the data of the verity file it holds ends: streams read
     /// ahead up to there (the tree is fetched when the tree needs it).
     data_end: AtomicU64,
@@ -59,15 +64,18 @@ impl Object {
         id: u64,
         disk: Option<Arc<CachedObject>>,
     ) -> Self {
-        let size = disk.as_ref().and_then(|d| d.size()).unwrap_or(UNKNOWN);
         Object {
             remote,
             path,
             id,
-            size: Arc::new(AtomicU64::new(size)),
+            // Only what the server says in this mount: a size kept on disk
+            // is a hint for reading the disk, never a reason to refuse a
+            // read (a lie kept there would outlive the liar).
+            size: Arc::new(AtomicU64::new(UNKNOWN)),
             stream: Mutex::new((0, WINDOW.start)),
-            tail: std::sync::OnceLock::new(),
+            tail: Mutex::new(None),
             disk,
+            disk_size_wrong: std::sync::atomic::AtomicBool::new(false),
             data_end: AtomicU64::new(UNKNOWN),
         }
     }
@@ -84,8 +92,8 @@ impl Object {
         Instant::now() + self.remote.options.timeout
     }
 
-    /// Fetches `range` now, on the calling thread.
-    fn fetch_now(&self, range: GetRange) -> io::Result<Bytes> {
+    /// Fetches `range` now, on the calling thread, by `deadline`.
+    fn fetch_now(&self, range: GetRange, deadline: Instant) -> io::Result<Bytes> {
         let fetch = fetch(
             &self.remote.store,
             &self.path,
@@ -93,33 +101,41 @@ impl Object {
             &self.size,
             self.disk.as_deref(),
         );
-        self.remote.rt.block_on(self.remote.options.timeout, fetch)
+        let limit = deadline.saturating_duration_since(Instant::now());
+        self.remote.rt.block_on(limit, fetch)
     }
 
     /// Starts fetching the run of chunks from `first` into `slots`, with
     /// one request (or from the disk cache).
     fn spawn_fetch(&self, first: u64, slots: Vec<Arc<Slot>>) {
-        let (store, chunks) = (self.remote.store.clone(), self.remote.chunks.clone());
-        let (path, size, disk) = (self.path.clone(), self.size.clone(), self.disk.clone());
-        let (id, limit) = (self.id, self.remote.options.timeout);
-        let mut range = first * CHUNK..(first + slots.len() as u64) * CHUNK;
-        range.end = range.end.min(self.known_size().unwrap_or(UNKNOWN));
+        let run = Run {
+            chunks: self.remote.chunks.clone(),
+            id: self.id,
+            first,
+            slots,
+        };
+        let (store, path) = (self.remote.store.clone(), self.path.clone());
+        let (size, disk, limit) = (
+            self.size.clone(),
+            self.disk.clone(),
+            self.remote.options.timeout,
+        );
+        let range = first * CHUNK..(first + run.slots.len() as u64) * CHUNK;
         self.remote.rt.spawn(async move {
-            let result = match disk.as_ref().and_then(|d| d.read_range(range.clone())) {
+            let mut run = run;
+            // The disk's size is a hint for its last chunk only.
+            let cached = disk.as_ref().and_then(|d| {
+                let end = d.size().map_or(range.end, |size| range.end.min(size));
+                (range.start < end).then(|| d.read_range(range.start..end))?
+            });
+            let result = match cached {
                 Some(bytes) => Ok(bytes),
                 None => {
                     let range = GetRange::Bounded(range);
                     within(limit, fetch(&store, &path, range, &size, disk.as_deref())).await
                 }
             };
-            for (chunk, slot) in (first..).zip(slots) {
-                let piece = result.as_ref().map(|bytes| {
-                    let from = ((chunk - first) * CHUNK).min(bytes.len() as u64) as usize;
-                    bytes.slice(from..(from + CHUNK as usize).min(bytes.len()))
-                });
-                let piece = piece.map_err(|e| io::Error::new(e.kind(), e.to_string()));
-                chunks.finish((id, chunk), &slot, &piece);
-            }
+            run.finish(&result);
         });
     }
 
@@ -200,27 +216,33 @@ impl Object {
         sequential
     }
 
-    /// Fills `buf` from `pos` out of whole chunks.
-    fn read_chunked(&self, mut buf: &mut [u8], mut pos: u64) -> io::Result<()> {
-        let deadline = self.deadline();
+    /// Fills `buf` from `pos` out of whole chunks, by `deadline`. A chunk
+    /// too short for the read (a response or a disk cache that said the
+    /// object ends sooner) is dropped, and the bytes asked for exactly.
+    fn read_chunked(&self, mut buf: &mut [u8], mut pos: u64, deadline: Instant) -> io::Result<()> {
         while !buf.is_empty() {
             let within = (pos % CHUNK) as usize;
             let n = buf.len().min(CHUNK as usize - within);
             let (piece, rest) = buf.split_at_mut(n);
             match self.chunk(pos / CHUNK, deadline)? {
-                Some(bytes) => {
-                    piece.copy_from_slice(bytes.get(within..within + n).ok_or_else(past_end)?)
+                Some(bytes) if bytes.len() >= within + n => {
+                    piece.copy_from_slice(&bytes[within..within + n])
                 }
-                None => self.read_exact(piece, pos)?,
+                Some(_) => {
+                    self.remote.chunks.forget(self.key(pos / CHUNK));
+                    self.read_exact(piece, pos, deadline)?
+                }
+                None => self.read_exact(piece, pos, deadline)?,
             }
             (buf, pos) = (rest, pos + n as u64);
         }
         Ok(())
     }
 
-    /// Fills `buf` from `pos` with one range request.
-    fn read_exact(&self, buf: &mut [u8], pos: u64) -> io::Result<()> {
-        let bytes = self.fetch_now(GetRange::Bounded(pos..pos + buf.len() as u64))?;
+    /// Fills `buf` from `pos` with one range request, by `deadline`.
+    fn read_exact(&self, buf: &mut [u8], pos: u64, deadline: Instant) -> io::Result<()> {
+        let range = GetRange::Bounded(pos..pos + buf.len() as u64);
+        let bytes = self.fetch_now(range, deadline)?;
         buf.copy_from_slice(bytes.get(..buf.len()).ok_or_else(past_end)?);
         Ok(())
     }
@@ -234,7 +256,8 @@ impl Object {
     /// `buf` from the end of the object fetched by [`Source::size`], if it
     /// lies there.
     fn read_tail(&self, buf: &mut [u8], range: &Range<u64>) -> bool {
-        let Some((start, bytes)) = self.tail.get() else {
+        let tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((start, bytes)) = &*tail else {
             return false;
         };
         let Some(piece) = range
@@ -261,13 +284,11 @@ impl Object {
         })
     }
 
-    /// The checks every read starts with: the range, or `None` for an
-    /// empty read.
+    /// The range of a read of `len` bytes at `offset`, or `None` for an
+    /// empty read. A read past the size a response gave still goes to the
+    /// server: one lying response must not fail the reads that follow.
     fn range(&self, offset: u64, len: usize) -> io::Result<Option<Range<u64>>> {
         let end = offset.checked_add(len as u64).ok_or_else(past_end)?;
-        if self.known_size().is_some_and(|size| end > size) {
-            return Err(past_end());
-        }
         Ok((len > 0).then_some(offset..end))
     }
 }
@@ -281,10 +302,11 @@ impl Source for Object {
             return Ok(());
         }
         let in_memory = self.in_memory(&range);
+        let deadline = self.deadline();
         if self.note_read(&range, in_memory) || in_memory {
-            self.read_chunked(buf, offset)
+            self.read_chunked(buf, offset, deadline)
         } else {
-            self.read_exact(buf, offset)
+            self.read_exact(buf, offset, deadline)
         }
     }
 
@@ -299,8 +321,9 @@ impl Source for Object {
             return Ok(());
         }
         let in_memory = self.in_memory(&range);
+        let deadline = self.deadline();
         let bytes = (!in_memory)
-            .then(|| self.fetch_now(GetRange::Bounded(range.clone())))
+            .then(|| self.fetch_now(GetRange::Bounded(range.clone()), deadline))
             .transpose()?;
         let mut pos = offset;
         for buf in bufs {
@@ -310,7 +333,7 @@ impl Source for Object {
                     let from = (pos - offset) as usize;
                     buf.copy_from_slice(bytes.get(from..from + len).ok_or_else(past_end)?);
                 }
-                None => self.read_chunked(buf, pos)?,
+                None => self.read_chunked(buf, pos, deadline)?,
             }
             pos += len as u64;
         }
@@ -336,16 +359,24 @@ impl Source for Object {
         32 << 20
     }
 
-    /// The size a response said; else asks for the end of the object,
-    /// which is kept: what is read next is there (a manifest's trailer and
-    /// descriptor, all of a small manifest).
+    /// The size a response said; else the size the disk cache keeps, so
+    /// that a cached image mounts without the network (a wrong one fails
+    /// the reads that follow, which drop it: [`Source::invalidate`]); else
+    /// asks for the end of the object, which is kept: what is read next is
+    /// there (a manifest's trailer and descriptor, all of a small
+    /// manifest).
     fn size(&self) -> io::Result<u64> {
         if let Some(size) = self.known_size() {
             return Ok(size);
         }
-        let bytes = self.fetch_now(GetRange::Suffix(CHUNK))?;
+        let disk_size = self.disk.as_ref().and_then(|d| d.size());
+        if let Some(size) = disk_size.filter(|_| !self.disk_size_wrong.load(Ordering::Relaxed)) {
+            return Ok(size);
+        }
+        let bytes = self.fetch_now(GetRange::Suffix(CHUNK), self.deadline())?;
         let size = self.known_size().ok_or_else(past_end)?;
-        let _ = self.tail.set((size - bytes.len() as u64, bytes));
+        let start = size.checked_sub(bytes.len() as u64).ok_or_else(past_end)?;
+        *self.tail.lock().unwrap_or_else(|e| e.into_inner()) = Some((start, bytes));
         Ok(size)
     }
 
@@ -361,11 +392,19 @@ impl Source for Object {
             dropped |= disk.forget(offset, len);
         }
         dropped
+            | self
+                .tail
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .is_some()
     }
 }
 
 /// Fetches `range` of the object at `path`, recording its size, and
-/// keeping the bytes on `disk`.
+/// keeping the bytes on `disk`. The body is read frame by frame and refused
+/// as soon as it is longer than the range: a server cannot make the
+/// daemon hold more than it asked for.
 async fn fetch(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
@@ -378,15 +417,75 @@ async fn fetch(
         ..GetOptions::default()
     };
     let result = store.get_opts(path, options).await.map_err(io_error)?;
-    size.store(result.meta.size, Ordering::Relaxed);
     let (start, total) = (result.range.start, result.meta.size);
-    let expected = result.range.end - start;
-    let bytes = result.bytes().await.map_err(io_error)?;
-    if bytes.len() as u64 != expected {
+    let expected = result.range.end.checked_sub(start).ok_or_else(past_end)?;
+    size.store(total, Ordering::Relaxed);
+    let mut body = BytesMut::with_capacity(expected.min(MAX_FETCH) as usize);
+    let mut frames = result.into_stream();
+    while let Some(frame) = frames.next().await {
+        let frame = frame.map_err(io_error)?;
+        if (body.len() + frame.len()) as u64 > expected {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "response longer than its range",
+            ));
+        }
+        body.extend_from_slice(&frame);
+    }
+    if body.len() as u64 != expected {
         return Err(past_end());
     }
+    let bytes = body.freeze();
     if let Some(disk) = disk {
         disk.record(&bytes, start, total);
     }
     Ok(bytes)
+}
+
+/// The most bytes one request asks for: a run of chunks fetched for a
+/// prefetch hint (a tree fetched whole at open).
+const MAX_FETCH: u64 = 64 << 20;
+
+/// A run of chunks being fetched with one request: its slots are finished
+/// when the request ends, or, if the task is dropped first (a panic, the
+/// runtime shutting down), with an error, so that no reader waits for a
+/// fetch that will never end and no slot stays in flight for ever.
+struct Run {
+    chunks: Arc<Chunks>,
+    id: u64,
+    first: u64,
+    slots: Vec<Arc<Slot>>,
+}
+
+impl Run {
+    /// Finishes every slot with its piece of `result`. A piece is copied
+    /// out of a run of several chunks, so that a chunk kept in memory does
+    /// not keep the whole run's buffer; a piece shorter than a chunk is
+    /// the end of the object.
+    fn finish(&mut self, result: &io::Result<Bytes>) {
+        let several = self.slots.len() > 1;
+        for (chunk, slot) in (self.first..).zip(self.slots.drain(..)) {
+            let piece = match result {
+                Ok(bytes) => {
+                    let from = ((chunk - self.first) * CHUNK).min(bytes.len() as u64) as usize;
+                    let to = (from + CHUNK as usize).min(bytes.len());
+                    match several {
+                        true => Ok(Bytes::copy_from_slice(&bytes[from..to])),
+                        false => Ok(bytes.slice(from..to)),
+                    }
+                }
+                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+            };
+            self.chunks.finish((self.id, chunk), &slot, &piece);
+        }
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if !self.slots.is_empty() {
+            let cancelled = io::Error::new(io::ErrorKind::Interrupted, "the fetch was cancelled");
+            self.finish(&Err(cancelled));
+        }
+    }
 }

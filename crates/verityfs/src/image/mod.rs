@@ -86,18 +86,14 @@ pub fn open_manifest(
     source: Arc<dyn Source>,
     trust: &ManifestTrust,
 ) -> Result<Manifest> {
-    let size = source.size()?;
-    let trailer_pos = size
-        .checked_sub(LOCATION_SIZE as u64)
-        .ok_or(Error::MetadataTruncated)?;
-    let mut trailer = [0u8; LOCATION_SIZE];
-    source.read_exact_at(&mut trailer, trailer_pos)?;
-    let location = Location::decode(&trailer)?;
-    if location.end() != Some(trailer_pos) {
-        return Err(Error::InvalidLocation(
-            "the manifest object has the wrong size",
-        ));
-    }
+    // A size or record from a copy the source kept (a cache) may be stale
+    // or damaged: dropped, and read once more.
+    let location = match manifest_location(&*source) {
+        Err((_, pos)) if source.invalidate(pos, LOCATION_SIZE as u64) => {
+            manifest_location(&*source).map_err(|(e, _)| e)?
+        }
+        located => located.map_err(|(e, _)| e)?,
+    };
     let name = Path::new(MANIFEST_NAME);
     let file = open_checked(verifier, source, location, name, |file| trust.check(file))?;
     if file.data_size() > MAX_MANIFEST_SIZE {
@@ -109,6 +105,28 @@ pub fn open_manifest(
         done += file.read_at(&mut bytes[done..], done as u64)?;
     }
     Ok(Manifest::decode(&bytes)?)
+}
+
+/// The location record at the end of the manifest object `source`; on
+/// failure, also where the record was looked for.
+fn manifest_location(source: &dyn Source) -> std::result::Result<Location, (Error, u64)> {
+    let size = source.size().map_err(|e| (e.into(), 0))?;
+    let trailer_pos = size.saturating_sub(LOCATION_SIZE as u64);
+    let failed = |e: Error| (e, trailer_pos);
+    if size < LOCATION_SIZE as u64 {
+        return Err(failed(Error::MetadataTruncated));
+    }
+    let mut trailer = [0u8; LOCATION_SIZE];
+    source
+        .read_exact_at(&mut trailer, trailer_pos)
+        .map_err(|e| failed(e.into()))?;
+    let location = Location::decode(&trailer).map_err(failed)?;
+    if location.end() != Some(trailer_pos) {
+        return Err(failed(Error::InvalidLocation(
+            "the manifest object has the wrong size",
+        )));
+    }
+    Ok(location)
 }
 
 /// Opens the object of a regular file (read from `source`) as a verity
