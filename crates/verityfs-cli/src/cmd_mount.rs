@@ -169,7 +169,7 @@ impl Args for MountArgs {
         Opt::<Self>::value(
             "timeout",
             "SECONDS",
-            "For an image over HTTP or S3: the longest a read waits for the network, \
+            "For an image over HTTP or S3: the longest one request waits for the network, \
              retries included (default 30)",
             |a, v| match v.to_string_lossy().parse::<f64>() {
                 Ok(secs) if (0.1..=3600.0).contains(&secs) => {
@@ -184,7 +184,11 @@ impl Args for MountArgs {
                 ))),
             },
         )
-        .doc("Then the read fails with EIO; the mount goes on serving other reads."),
+        .doc(
+            "Then the read fails with EIO (a read that needs data and tree blocks may wait for \
+             each, and the kernel retries a failed read-ahead once); the mount goes on serving \
+             other reads.",
+        ),
         Opt::<Self>::value(
             "cache-dir",
             "DIR",

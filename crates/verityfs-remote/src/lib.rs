@@ -6,7 +6,8 @@
 //! returns, so nothing here is trusted. What is here is speed and bounds:
 //! byte ranges fetched in chunks, sequential streams read ahead with several
 //! requests in flight, random reads fetched exactly, a bounded amount of
-//! memory, and a hard limit on how long any read waits for the network.
+//! memory, and a hard limit on how long each request of a read waits for
+//! the network.
 
 #![forbid(unsafe_code)]
 

@@ -5,8 +5,9 @@ use std::time::Duration;
 /// Limits of a [`RemoteStore`](crate::RemoteStore).
 #[derive(Clone, Debug)]
 pub struct RemoteOptions {
-    /// The longest any read waits for the network, retries included: then
-    /// it fails with `EIO` (a server that stalls must not hang the mount).
+    /// The longest one request of a read waits for the network, retries
+    /// included: then the read fails with `EIO` (a server that stalls must
+    /// not hang the mount).
     pub timeout: Duration,
     /// The most bytes of fetched ranges kept in memory (read ahead, or
     /// fetched for the tree), whatever the image's size.
