@@ -99,7 +99,7 @@ impl Object {
             &self.path,
             range,
             &self.size,
-            self.disk.as_deref(),
+            self.disk.clone(),
         );
         let limit = deadline.saturating_duration_since(Instant::now());
         self.remote.rt.block_on(limit, fetch)
@@ -123,16 +123,15 @@ impl Object {
         let range = first * CHUNK..(first + run.slots.len() as u64) * CHUNK;
         self.remote.rt.spawn(async move {
             let mut run = run;
-            // The disk's size is a hint for its last chunk only.
-            let cached = disk.as_ref().and_then(|d| {
-                let end = d.size().map_or(range.end, |size| range.end.min(size));
-                (range.start < end).then(|| d.read_range(range.start..end))?
-            });
+            let cached = match disk.clone() {
+                Some(d) => cached_run(d, range.clone()).await,
+                None => None,
+            };
             let result = match cached {
                 Some(bytes) => Ok(bytes),
                 None => {
                     let range = GetRange::Bounded(range);
-                    within(limit, fetch(&store, &path, range, &size, disk.as_deref())).await
+                    within(limit, fetch(&store, &path, range, &size, disk.clone())).await
                 }
             };
             run.finish(&result);
@@ -410,7 +409,7 @@ async fn fetch(
     path: &Path,
     range: GetRange,
     size: &AtomicU64,
-    disk: Option<&CachedObject>,
+    disk: Option<Arc<CachedObject>>,
 ) -> io::Result<Bytes> {
     let options = GetOptions {
         range: Some(range),
@@ -437,9 +436,23 @@ async fn fetch(
     }
     let bytes = body.freeze();
     if let Some(disk) = disk {
-        disk.record(&bytes, start, total);
+        // Off the runtime's threads, which every read's network I/O needs:
+        // a slow cache file system must not stall them.
+        let kept = bytes.clone();
+        let _ = tokio::task::spawn_blocking(move || disk.record(&kept, start, total)).await;
     }
     Ok(bytes)
+}
+
+/// The run `range` from the disk cache `disk`, if it holds all of it (read
+/// off the runtime's threads). The size the disk keeps is a hint for the
+/// object's last chunk only.
+async fn cached_run(disk: Arc<CachedObject>, range: Range<u64>) -> Option<Bytes> {
+    let read = move || {
+        let end = disk.size().map_or(range.end, |size| range.end.min(size));
+        (range.start < end).then(|| disk.read_range(range.start..end))?
+    };
+    tokio::task::spawn_blocking(read).await.ok().flatten()
 }
 
 /// The most bytes one request asks for: a run of chunks fetched for a
