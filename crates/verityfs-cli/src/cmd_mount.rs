@@ -332,9 +332,12 @@ impl MountArgs {
 /// What a refused image named `name` says: why it cannot be read, or
 /// that it is not the image `trust` names.
 fn image_error(e: LibError, name: &OsStr, trust: &ManifestTrust) -> Error {
-    let mismatch = match trust {
-        ManifestTrust::Digest(_) => "the image does not match --digest",
-        ManifestTrust::Signed(_) => "the image's manifest is not signed by a --trusted-cert",
+    let mismatch = match (trust, &e) {
+        (ManifestTrust::Digest(_), LibError::Corrupted(_)) => "the image does not match --digest",
+        (ManifestTrust::Signed(_), LibError::Signature(_) | LibError::NoSignature) => {
+            "the image's manifest is not signed by a --trusted-cert"
+        }
+        _ => "the image is damaged",
     };
     match e {
         LibError::Io(e) => Error::io(quote("can't read the manifest of image '", name, "'"), &e),
