@@ -11,9 +11,7 @@
 mod common;
 
 use std::ffi::OsStr;
-use std::fs::{self, File};
-use std::io::Read;
-use std::os::unix::fs::FileExt;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -254,32 +252,7 @@ fn a_damaged_object_in_the_bucket_fails_its_block_only() {
     image.moto().put_object(BUCKET, &key, &object).unwrap();
 
     let mount = image.mount_with(&image.env(), &[]);
-    let big = File::open(mount.path("big")).unwrap();
-    let original = fs::read(image.src.join("big")).unwrap();
-    let mut block = vec![0u8; 4096];
-    big.read_exact_at(&mut block, 0).unwrap();
-    assert!(block == original[..4096], "the first block verifies");
-    let block_start = (damaged / 4096 * 4096) as u64;
-    big.read_exact_at(&mut block, block_start - 4096).unwrap();
-    assert!(
-        block[..] == original[block_start as usize - 4096..block_start as usize],
-        "the block before verifies"
-    );
-    assert_errno(
-        big.read_exact_at(&mut block, block_start),
-        libc::EIO,
-        "the damaged block",
-    );
-    let mut all = Vec::new();
-    assert_errno(
-        File::open(mount.path("big")).unwrap().read_to_end(&mut all),
-        libc::EIO,
-        "all",
-    );
-    let deep = fs::read(mount.path("a/b/c/deep")).unwrap();
-    assert_eq!(deep, b"deep\n", "other files are fine");
-    assert!(mount.log().contains("FILE CORRUPTED!"), "{}", mount.log());
-    assert!(counter(&mount.mnt, "verification_failures") >= 1);
+    assert_damaged_block_only(&mount, &image.src, damaged as u64);
 }
 
 #[test]

@@ -186,3 +186,37 @@ impl Image {
         self.image.join("objects").join(format!("sha256-{hex}"))
     }
 }
+
+/// Reads of the mounted image `mount` of the test tree whose file `big`
+/// (source `src`) is damaged at byte `damaged`: the block with the damage
+/// and a whole read fail with `EIO`, reported in the log and counted;
+/// the first block, the block before the damage and other files read.
+pub fn assert_damaged_block_only(mount: &Mount, src: &Path, damaged: u64) {
+    use std::io::Read;
+    use std::os::unix::fs::FileExt;
+    let big = File::open(mount.path("big")).unwrap();
+    let original = fs::read(src.join("big")).unwrap();
+    let mut block = vec![0u8; 4096];
+    big.read_exact_at(&mut block, 0).unwrap();
+    assert!(block == original[..4096], "the first block verifies");
+    let block_start = damaged / 4096 * 4096;
+    big.read_exact_at(&mut block, block_start - 4096).unwrap();
+    assert!(
+        block[..] == original[block_start as usize - 4096..block_start as usize],
+        "the block before verifies"
+    );
+    let eio = |result: std::io::Result<usize>, what: &str| {
+        let e = result.expect_err(what);
+        assert_eq!(e.raw_os_error(), Some(libc::EIO), "{what}: {e}");
+    };
+    eio(big.read_at(&mut block, block_start), "the damaged block");
+    let mut all = Vec::new();
+    eio(
+        File::open(mount.path("big")).unwrap().read_to_end(&mut all),
+        "all",
+    );
+    let deep = fs::read(mount.path("a/b/c/deep")).unwrap();
+    assert_eq!(deep, b"deep\n", "other files are fine");
+    assert!(mount.log().contains("FILE CORRUPTED!"), "{}", mount.log());
+    assert!(counter(&mount.mnt, "verification_failures") >= 1);
+}
