@@ -13,7 +13,8 @@
 //! tree; the mount and listing time of the large image; the requests per
 //! cold random 4 KiB read once the tree is in; the requests of a reread
 //! from a warm `--cache-dir`. Results go to stdout and to
-//! `target/remote-bench.json`.
+//! `target/remote-bench.json`. `VERITYFS_BENCH_LATENCY_MS` sets another
+//! latency (0: the cost of the network path alone).
 
 use std::fs::{self, File};
 use std::io::Read;
@@ -52,10 +53,14 @@ const SMOKE: Plan = Plan {
 };
 
 fn main() {
-    let plan = match std::env::args().any(|a| a == "--bench") {
+    let mut plan = match std::env::args().any(|a| a == "--bench") {
         true => BENCH,
         false => SMOKE,
     };
+    // Another latency, to see how it weighs: VERITYFS_BENCH_LATENCY_MS=0.
+    if let Ok(ms) = std::env::var("VERITYFS_BENCH_LATENCY_MS") {
+        plan.latency = Duration::from_millis(ms.parse().expect("a number of milliseconds"));
+    }
     let work = tempfile::Builder::new()
         .prefix("verityfs-remote-bench")
         .tempdir_in("/var/tmp")
