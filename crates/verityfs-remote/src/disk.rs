@@ -486,7 +486,7 @@ impl Map {
             .is_some_and(|b| b & (1 << (block % 8)) != 0)
     }
 
-    /// The blocks of `pos..pos + len` that are held, if all are.
+    /// Whether every block of `pos..pos + len` is held.
     fn holds(&self, pos: u64, len: u64) -> bool {
         pos.checked_add(len)
             .is_some_and(|end| (pos / BLOCK..end.div_ceil(BLOCK)).all(|b| self.has(b)))
@@ -521,8 +521,8 @@ impl CachedObject {
 
     /// Keeps `bytes`, fetched from `pos` of an object of `size` bytes: the
     /// whole blocks among them (and a last partial block at the end).
-    /// Nothing of an object larger than the cache keeps, nor of bytes
-    /// beyond `size`.
+    /// Nothing is kept of an object larger than the cache keeps, nor of
+    /// bytes past `size`.
     pub(crate) fn record(&self, bytes: &[u8], pos: u64, size: u64) {
         let Some(end) = pos.checked_add(bytes.len() as u64) else {
             return;
