@@ -541,18 +541,33 @@ fn the_disk_cache_serves_a_remount_without_the_network() {
 }
 
 /// `verityfs mount` of the image with `args`, which must fail: its
-/// stderr.
+/// stderr. A mount that appears instead is taken down (its daemon killed,
+/// then lazily unmounted) before the test fails.
 fn mount_fails(served: &Served, args: &[&str]) -> String {
-    let mnt = tempfile::tempdir().unwrap();
-    let out = run(Command::new(VERITYFS)
-        .arg("mount")
-        .arg(format!("{}image", served.nginx.url()))
-        .arg(mnt.path())
-        .arg(format!("--digest={}", served.image.digest))
-        .args(args));
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(!is_mounted(mnt.path()));
+    let dir = tempfile::tempdir().unwrap();
+    let (mnt, log) = (dir.path().join("mnt"), dir.path().join("log"));
+    fs::create_dir(&mnt).unwrap();
+    let out = File::create(&log).unwrap();
+    let mut daemon = Spawned::new(
+        Command::new(VERITYFS)
+            .arg("mount")
+            .arg(format!("{}image", served.nginx.url()))
+            .arg(&mnt)
+            .arg(format!("--digest={}", served.image.digest))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out),
+    );
+    let status = wait_for(&mut daemon.0, MOUNT_TIMEOUT);
+    let stderr = fs::read_to_string(&log).unwrap();
+    if status.is_none() {
+        drop(daemon);
+        run(Command::new("umount").arg("-l").arg(&mnt));
+        panic!("mounted with {args:?}: {stderr}");
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{stderr}");
+    assert!(!is_mounted(&mnt));
     stderr
 }
 
