@@ -204,7 +204,8 @@ impl Args for MountArgs {
         .doc(
             "Files are named by their contents' digest and shared by the images cached in DIR; \
              what is read from it is verified like what comes from the network (a block that \
-             fails is fetched again), and it works offline for what it holds.",
+             fails is fetched again), and it works offline for what it holds. DIR must belong \
+             to the user who mounts and be writable by no one else.",
         ),
         Opt::<Self>::value(
             "cache-max",

@@ -18,7 +18,7 @@ mod common;
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -537,6 +537,172 @@ fn the_disk_cache_serves_a_remount_without_the_network() {
     println!(
         "first mount: {first} requests; remount: 0; a damaged cached block: \
          {refetched} requests; offline: every file read"
+    );
+}
+
+/// `verityfs mount` of the image with `args`, which must fail: its
+/// stderr. A mount that appears instead is taken down (its daemon killed,
+/// then lazily unmounted) before the test fails.
+fn mount_fails(served: &Served, args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let (mnt, log) = (dir.path().join("mnt"), dir.path().join("log"));
+    fs::create_dir(&mnt).unwrap();
+    let out = File::create(&log).unwrap();
+    let mut daemon = Spawned::new(
+        Command::new(VERITYFS)
+            .arg("mount")
+            .arg(format!("{}image", served.nginx.url()))
+            .arg(&mnt)
+            .arg(format!("--digest={}", served.image.digest))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out),
+    );
+    let status = wait_for(&mut daemon.0, MOUNT_TIMEOUT);
+    let stderr = fs::read_to_string(&log).unwrap();
+    if status.is_none() {
+        drop(daemon);
+        run(Command::new("umount").arg("-l").arg(&mnt));
+        panic!("mounted with {args:?}: {stderr}");
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{stderr}");
+    assert!(!is_mounted(&mnt));
+    stderr
+}
+
+#[test]
+fn a_cache_dir_of_another_user_or_writable_by_others_is_refused_at_mount() {
+    let served = Served::new(1 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let theirs = dir.path().join("theirs");
+    fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(NOBODY), Some(NOBODY)).unwrap();
+    let stderr = mount_fails(&served, &[&format!("--cache-dir={}", theirs.display())]);
+    let want = format!(
+        "cache directory {}: belongs to uid {NOBODY}, not to uid 0 who mounts",
+        theirs.display()
+    );
+    assert!(stderr.contains(&want), "{stderr}");
+
+    let open = dir.path().join("open");
+    fs::create_dir(&open).unwrap();
+    fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let stderr = mount_fails(&served, &[&format!("--cache-dir={}", open.display())]);
+    let want = format!(
+        "cache directory {}: writable by other users (mode 1777)",
+        open.display()
+    );
+    assert!(stderr.contains(&want), "{stderr}");
+    assert_eq!(fs::read_dir(&theirs).unwrap().count(), 0);
+    assert_eq!(fs::read_dir(&open).unwrap().count(), 0);
+    println!("refused: {}", stderr.trim_end());
+}
+
+#[test]
+fn files_the_cache_did_not_make_are_neither_written_nor_dropped() {
+    let served = Served::new(1 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    fs::create_dir(&cache).unwrap();
+    // Root's files elsewhere, hard linked into the cache under the names of
+    // the big file's bytes and of a small file's map.
+    let small = "a/run.sh";
+    let planted = [
+        (
+            "data",
+            format!("objects-sha256-{}", served.image.object_hex("big")),
+        ),
+        (
+            "map",
+            format!("objects-sha256-{}.map", served.image.object_hex(small)),
+        ),
+    ];
+    let then = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_500_000_000);
+    for (file, name) in &planted {
+        let path = dir.path().join(file);
+        fs::write(&path, format!("root's {file}, not the cache's")).unwrap();
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(then)
+            .unwrap();
+        fs::hard_link(&path, cache.join(name)).unwrap();
+    }
+    // A web root's files, and a pair named as the cache's but not made by it.
+    let mut magic_first = b"vfscach1".to_vec();
+    magic_first.extend_from_slice(&[0xff; 100]);
+    let zeros = format!("objects-sha256-{}", "0".repeat(64));
+    let unrelated: Vec<(String, Vec<u8>)> = vec![
+        ("app.js".into(), vec![b'x'; 200_000]),
+        ("app.js.map".into(), magic_first),
+        (zeros.clone(), vec![b'y'; 200_000]),
+        (format!("{zeros}.map"), b"{}".to_vec()),
+    ];
+    for (name, data) in &unrelated {
+        fs::write(cache.join(name), data).unwrap();
+    }
+
+    // A cache smaller than two small files' objects: every new object
+    // drops older ones.
+    let args = [
+        &format!("--cache-dir={}", cache.display())[..],
+        "--cache-max=100K",
+    ];
+    let mut mount = served.mount(&served.nginx.url(), &args);
+    let source = listing(&served.image.src);
+    let files: Vec<&Path> = regular_files(&source).collect();
+    for name in &files {
+        let original = fs::read(served.image.src.join(name)).unwrap();
+        assert_bytes(read_all(&mount.mnt.join(name)), &original, "a file");
+    }
+    mount.unmount();
+    let big_uri = served.object_uri("big");
+    let fetched = |uri: &str| served.requests().iter().filter(|r| r.uri == uri).count();
+    assert!(
+        fetched(&big_uri) > 0,
+        "the big file was not read from the network"
+    );
+    for (file, name) in &planted {
+        let path = dir.path().join(file);
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            format!("root's {file}, not the cache's"),
+            "{name}"
+        );
+        let meta = fs::metadata(&path).unwrap();
+        assert_eq!(meta.modified().unwrap(), then, "{name}");
+        assert_eq!(meta.nlink(), 2, "{name}");
+        let why = format!("{name} in the cache directory has other links");
+        assert!(mount.log().contains(&why), "{}", mount.log());
+    }
+    for (name, data) in &unrelated {
+        assert!(fs::read(cache.join(name)).unwrap() == *data, "{name}");
+    }
+    // Eviction ran: not every small file's object is still there.
+    let kept = fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".map"))
+        .filter(|n| !unrelated.iter().any(|(u, _)| u == n) && !planted.iter().any(|(_, p)| p == n))
+        .count();
+    let small_files = files.len() - 1;
+    assert!(
+        kept < small_files,
+        "{kept} maps kept of {small_files} small files"
+    );
+
+    // Another mount reads everything again, the big file from the network.
+    let before = fetched(&big_uri);
+    let mount = served.mount(&served.nginx.url(), &args);
+    let big = served.source("big");
+    assert_bytes(read_all(&mount.path("big")), &big, "the big file again");
+    assert!(fetched(&big_uri) > before);
+    println!(
+        "planted hard links left alone (content, mtime, links) and their files read from \
+         the network; {} unrelated files kept; {kept} maps kept of {small_files} small files",
+        unrelated.len()
     );
 }
 

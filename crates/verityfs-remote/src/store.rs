@@ -86,7 +86,10 @@ impl RemoteStore {
     /// objects are named by their contents and shared by every image
     /// cached there; the manifest is kept only if it must have the digest
     /// `manifest` (`ALG:HEX`), under that name, so that a republished image
-    /// never meets its old manifest.
+    /// never meets its old manifest. An error if `dir` does not belong to
+    /// the daemon's user or is writable by others; a file of the cache that
+    /// cannot be used later is logged, and its object read from the
+    /// network.
     pub fn with_cache(
         mut self,
         dir: &std::path::Path,
@@ -115,12 +118,18 @@ impl RemoteStore {
 
 impl Store for RemoteStore {
     fn open(&self, path: &str) -> io::Result<Arc<dyn Source>> {
-        let disk = match &self.disk {
-            Some((_, None)) if path == MANIFEST_NAME => None,
-            Some((cache, Some(manifest))) if path == MANIFEST_NAME => Some(cache.object(manifest)?),
-            Some((cache, _)) => Some(cache.object(&path.replace('/', "-"))?),
-            None => None,
-        };
+        let disk = self.disk.as_ref().and_then(|(cache, manifest)| {
+            let name = match manifest {
+                _ if path != MANIFEST_NAME => path.replace('/', "-"),
+                Some(manifest) => manifest.clone(),
+                None => return None,
+            };
+            // The file is read all the same, from the network.
+            cache
+                .object(&name)
+                .inspect_err(|e| tracing::warn!("disk cache: not used for {path}: {e}"))
+                .ok()
+        });
         let path = self.path(path);
         let id = {
             let mut ids = self.remote.ids.lock().unwrap_or_else(|e| e.into_inner());
