@@ -12,8 +12,8 @@ use std::time::SystemTime;
 use fuser::{
     AccessFlags, BsdFileFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use verityfs::uapi::{
     encode_flags, FS_IOC32_GETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_ENABLE_VERITY, FS_IOC_FSGETXATTR,
@@ -596,6 +596,9 @@ fn read_only() -> Errno {
 impl Filesystem for ImageFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         let _ = config.set_max_readahead(MAX_IO);
+        // A listing with each entry's attributes: `ls -l` of a directory
+        // costs no lookup per entry (a kernel without it lists as before).
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
         Ok(())
     }
 
@@ -675,6 +678,25 @@ impl Filesystem for ImageFs {
     ) {
         let result = self.read_dir(ino, offset, |ino, next, kind, name| {
             reply.add(INodeNo(ino), next, kind, OsStr::from_bytes(name))
+        });
+        reply_with!(reply, result, |()| reply.ok());
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let result = self.read_dir(ino, offset, |ino, next, _, name| {
+            // Every index the manifest gives has attributes: a failure
+            // would end the listing here, never skip an entry.
+            self.attr(INodeNo(ino)).map_or(true, |attr| {
+                let name = OsStr::from_bytes(name);
+                reply.add(INodeNo(ino), next, name, &IMAGE_TTL, &attr, Generation(0))
+            })
         });
         reply_with!(reply, result, |()| reply.ok());
     }
