@@ -9,8 +9,8 @@
 //! latency, so that the benchmark itself stays working.
 //!
 //! Figures: cold sequential throughput through the mount against one
-//! `curl` GET of the object, and the share of requests that fetched the
-//! tree; the mount and listing time of the large image; the requests per
+//! `curl` GET of the object, the share of requests that fetched the tree,
+//! and the CPU time the whole machine spent on each; the mount and listing time of the large image; the requests per
 //! cold random 4 KiB read once the tree is in; the requests of a reread
 //! from a warm `--cache-dir`. Results go to stdout and to
 //! `target/remote-bench.json`. `VERITYFS_BENCH_LATENCY_MS` sets another
@@ -141,13 +141,22 @@ impl Bench {
     fn sequential(&self, run: usize) -> String {
         let (digest, object, size) = &self.big;
         let url = format!("{}{object}", self.proxy.url());
-        let curl = timed(|| {
-            let range = format!("0-{}", size - 1);
-            run_quiet(Command::new("curl").args(["-sf", "-o", "/dev/null", "-r", &range, &url]));
+        let (curl, curl_cpu) = machine_cpu(|| {
+            timed(|| {
+                let range = format!("0-{}", size - 1);
+                run_quiet(Command::new("curl").args([
+                    "-sf",
+                    "-o",
+                    "/dev/null",
+                    "-r",
+                    &range,
+                    &url,
+                ]));
+            })
         });
         let before = self.requests().len();
         let mount = Mount::new(self, "big", digest, &[]);
-        let read = timed(|| read_all(&mount.path.join("big")));
+        let (read, read_cpu) = machine_cpu(|| timed(|| read_all(&mount.path.join("big"))));
         drop(mount);
         let requests = &self.requests()[before..];
         let objects: Vec<_> = requests
@@ -157,7 +166,8 @@ impl Bench {
         let tree = objects.iter().filter(|r| range_start(r) >= *size).count();
         let mbps = |t: Duration| *size as f64 / t.as_secs_f64() / 1e6;
         println!(
-            "sequential run {run}: mount {:.0} MB/s, curl {:.0} MB/s ({:.2}x); {} requests, {} for the tree ({:.2}%)",
+            "sequential run {run}: mount {:.0} MB/s, curl {:.0} MB/s ({:.2}x); {} requests, {} for the tree ({:.2}%); \
+             CPU of the whole machine: mount {read_cpu:.2} s, curl {curl_cpu:.2} s",
             mbps(read),
             mbps(curl),
             curl.as_secs_f64() / read.as_secs_f64(),
@@ -166,7 +176,7 @@ impl Bench {
             100.0 * tree as f64 / objects.len() as f64
         );
         format!(
-            r#"{{"workload": "sequential", "run": {run}, "bytes": {size}, "mount_s": {:.4}, "curl_s": {:.4}, "requests": {}, "tree_requests": {tree}}}"#,
+            r#"{{"workload": "sequential", "run": {run}, "bytes": {size}, "mount_s": {:.4}, "curl_s": {:.4}, "mount_cpu_s": {read_cpu:.3}, "curl_cpu_s": {curl_cpu:.3}, "requests": {}, "tree_requests": {tree}}}"#,
             read.as_secs_f64(),
             curl.as_secs_f64(),
             objects.len()
@@ -315,6 +325,22 @@ fn range_start(request: &Request) -> u64 {
         .next()
         .unwrap_or("0");
     from.parse().unwrap_or(0)
+}
+
+/// `f`'s value and the CPU seconds the whole machine spent (every
+/// process: the reader, the daemon, the proxy, nginx) while it ran.
+fn machine_cpu<T>(f: impl FnOnce() -> T) -> (T, f64) {
+    let busy = || {
+        let stat = fs::read_to_string("/proc/stat").unwrap();
+        let cpu = stat.lines().next().unwrap().split_whitespace().skip(1);
+        let ticks: Vec<u64> = cpu.map(|t| t.parse().unwrap()).collect();
+        // user, nice, system, irq, softirq, steal: not idle nor iowait.
+        let busy: u64 = [0, 1, 2, 5, 6, 7].iter().map(|&i| ticks[i]).sum();
+        busy as f64 / 100.0
+    };
+    let before = busy();
+    let value = f();
+    (value, busy() - before)
 }
 
 fn timed(f: impl FnOnce()) -> Duration {
