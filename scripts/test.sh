@@ -13,13 +13,14 @@
 # 127.0.0.1; on a machine running systemd, apt also starts Debian's nginx
 # service on port 80, which no test needs) and python3-venv, for the venv
 # of moto's S3 server this script then creates with pip from PyPI
-# (crates/verityfs-testnet runs it from there). The FUSE tests need root and
+# (crates/verityfs-testnet runs it from there), and curl (the remote
+# benchmark's anchor, also run once as a test). The FUSE tests need root and
 # /dev/fuse; a test missing anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(fsverity fuse3 e2fsprogs util-linux openssl libssl-dev pkg-config bc fonts-dejavu-core python3 systemd git
-    qemu-system-x86 busybox-static cpio kmod keyutils xz-utils nginx python3-venv)
+    qemu-system-x86 busybox-static cpio kmod keyutils xz-utils nginx python3-venv curl)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
