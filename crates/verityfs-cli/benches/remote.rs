@@ -355,7 +355,9 @@ fn timed_value<T>(f: impl FnOnce() -> T) -> (T, Duration) {
 
 /// Runs `cmd`, which must succeed; its standard output.
 fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("run a command");
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e} (is it installed? scripts/test.sh installs it)"));
     assert!(
         out.status.success(),
         "{cmd:?}: {}",
