@@ -118,6 +118,10 @@ pub struct Measured {
     pub own_read_bytes: u64,
     /// CPU time the daemon spent meanwhile, if the work went through one.
     pub daemon_cpu: Option<Duration>,
+    /// CPU time the whole machine spent meanwhile (every process: the
+    /// reader, the daemon, the kernel's I/O; the hogs of the busy
+    /// workload too), to the clock tick.
+    pub machine_cpu: Duration,
 }
 
 /// Drops the caches, waits for the device to go quiet, then runs `work` and
@@ -154,6 +158,7 @@ pub fn measured<T>(
     check_interrupted()?;
     let own_before = own_read_bytes(daemon);
     let cpu_before = daemon.and_then(cpu_time);
+    let machine_before = machine_cpu_time();
     let before = device.counters()?;
     let start = Instant::now();
     let value = work()?;
@@ -161,6 +166,7 @@ pub fn measured<T>(
     let after = device.counters()?;
     let own_after = own_read_bytes(daemon);
     let cpu_after = daemon.and_then(cpu_time);
+    let machine_after = machine_cpu_time();
     Ok((
         value,
         Measured {
@@ -169,6 +175,7 @@ pub fn measured<T>(
             read_sectors: after.read_sectors.saturating_sub(before.read_sectors),
             own_read_bytes: own_after.saturating_sub(own_before),
             daemon_cpu: cpu_before.zip(cpu_after).map(|(b, a)| a.saturating_sub(b)),
+            machine_cpu: machine_after.saturating_sub(machine_before),
         },
     ))
 }
@@ -186,6 +193,26 @@ fn own_read_bytes(daemon: Option<u32>) -> u64 {
     // A process's count includes its reaped children's (the tools'); the
     // daemon is still running, so it is counted on its own.
     io("self") + daemon.map_or(0, |pid| io(&pid.to_string()))
+}
+
+/// CPU time the whole machine has spent busy so far (`/proc/stat`: user,
+/// nice, system, irq, softirq and steal time of every CPU; not idle nor
+/// I/O wait), in clock ticks of 10 ms.
+fn machine_cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let busy: u64 = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|&i| ticks.get(i))
+        .sum();
+    Duration::from_millis(busy * 10)
 }
 
 /// CPU time of process `pid` so far, summed over its threads to the

@@ -75,6 +75,8 @@ pub struct Medians {
     pub daemon_peak_rss_kib: Option<u64>,
     /// Daemon CPU seconds.
     pub daemon_cpu_seconds: Option<f64>,
+    /// The whole machine's CPU seconds.
+    pub machine_cpu_seconds: f64,
     /// Each read path counter (library reads).
     pub tree: Option<Vec<(&'static str, f64)>>,
 }
@@ -132,6 +134,7 @@ impl Medians {
                 .iter()
                 .all(|s| s.daemon_cpu_seconds.is_some())
                 .then(|| over(&|s| s.daemon_cpu_seconds.unwrap_or(f64::NAN))),
+            machine_cpu_seconds: over(&|s| s.machine_cpu_seconds),
             tree,
         }
     }
@@ -147,6 +150,7 @@ impl Medians {
             "device_read_bytes": self.sectors * 512.0,
             "own_read_bytes": self.own_bytes,
             "device_shared": self.disk_shared(),
+            "machine_cpu_seconds": self.machine_cpu_seconds,
         });
         if let Some([median_us, mean_us, p99_us]) = self.latency {
             entry["latency_us"] = json!({ "median": median_us, "mean": mean_us, "p99": p99_us });
@@ -634,6 +638,7 @@ fn notes(m: &Medians) -> String {
     if let Some(cpu) = m.daemon_cpu_seconds {
         notes.push(format!("daemon CPU {:.0} ms", cpu * 1e3));
     }
+    notes.push(format!("machine CPU {:.0} ms", m.machine_cpu_seconds * 1e3));
     if let Some(tree) = &m.tree {
         let get = |name| {
             tree.iter()

@@ -271,6 +271,8 @@ pub struct Sample {
     /// The daemon's CPU time in seconds during the workload (reads through
     /// the mount): on a shared machine, steadier than the wall-clock time.
     pub daemon_cpu_seconds: Option<f64>,
+    /// The whole machine's CPU time in seconds during the workload.
+    pub machine_cpu_seconds: f64,
     /// The file's read path counters (library reads).
     pub tree: Option<Snapshot>,
 }
@@ -284,6 +286,7 @@ impl Sample {
             device_read_sectors: m.read_sectors,
             own_read_bytes: m.own_read_bytes,
             daemon_cpu_seconds: m.daemon_cpu.map(|c| c.as_secs_f64()),
+            machine_cpu_seconds: m.machine_cpu.as_secs_f64(),
             ..Sample::default()
         }
     }
