@@ -349,7 +349,22 @@ fn serve<FS: Mountable>(
             }
         })?;
     tracing::info!("serving {fsname} on {}", mountpoint.display());
-    session.run()
+    ended(session.run())
+}
+
+/// How serving ended: the kernel ends a connection with `ENODEV` once
+/// unmounted, which fuser takes as the end; a mount detached while busy
+/// may instead end, once its last file is closed, with `ECONNABORTED`
+/// (the connection torn down, as an administrator's abort does): the
+/// mount is gone either way, which is the end of serving, not a failure.
+fn ended(served: io::Result<()>) -> io::Result<()> {
+    match served {
+        Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {
+            tracing::info!("the kernel ended the connection: {e}");
+            Ok(())
+        }
+        served => served,
+    }
 }
 
 /// How long a signalled daemon retries unmounting a busy mount before it
@@ -471,5 +486,21 @@ impl Drop for BackgroundMount {
         if let Err(e) = self.end() {
             tracing::error!("unmounting {} failed: {e}", self.ours.point.display());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_the_kernel_tore_down_ends_serving_cleanly() {
+        let errno = |e| Err(io::Error::from_raw_os_error(e));
+        assert!(ended(errno(libc::ECONNABORTED)).is_ok());
+        assert!(ended(Ok(())).is_ok());
+        assert_eq!(
+            ended(errno(libc::EIO)).unwrap_err().raw_os_error(),
+            Some(libc::EIO)
+        );
     }
 }
