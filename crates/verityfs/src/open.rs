@@ -209,8 +209,9 @@ impl VerityFile {
         Ok(file)
     }
 
-    /// [`VerityFile::open_sources`] without the prefetch.
-    fn from_sources(
+    /// [`VerityFile::open_sources`] without the prefetch (for a caller
+    /// that prefetched before reading the descriptor).
+    pub(crate) fn from_sources(
         verifier: &Arc<Verifier>,
         (data, tree): (Arc<dyn Source>, Arc<dyn Source>),
         location: Location,

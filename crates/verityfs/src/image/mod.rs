@@ -234,7 +234,8 @@ fn open_descriptor(
             std::io::ErrorKind::UnexpectedEof => Error::MetadataTruncated,
             _ => e.into(),
         })?;
-    let file = VerityFile::open_sources(
+    // open_checked prefetched already, before the descriptor was read.
+    let file = VerityFile::from_sources(
         verifier,
         (source.clone(), source.clone()),
         location,
