@@ -333,22 +333,27 @@ fn serve<FS: Mountable>(
 ) -> io::Result<()> {
     // Modes from the kernel are already masked with the caller's umask.
     rustix::process::umask(rustix::fs::Mode::empty());
-    let mut session = new_session(fs, fsname, mountpoint, options, forced)?;
-    let ours = OurMount::at(mountpoint);
-    let mut unmounter = session.unmount_callable();
+    let session = new_session(fs, fsname, mountpoint, options, forced)?;
+    // Unmounted by name only while the name leads to our mount, never
+    // through a symlink (fuser's own unmount follows whatever the name
+    // leads to: a user owning a parent directory could put another mount
+    // there).
+    let signalled = OurMount::at(mountpoint);
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
             if let Some(signal) = signals.forever().next() {
                 tracing::info!("signal {signal}: unmounting");
-                let unmounted = unmounter.unmount();
-                if let Err(e) = unmounted.or_else(|e| ours.unmount_busy(e)) {
+                if let Err(e) = signalled.unmount_or_detach() {
                     tracing::error!("unmount failed: {e}");
                 }
             }
         })?;
     tracing::info!("serving {fsname} on {}", mountpoint.display());
+    // fuser unmounts at the end of the session only a mount still
+    // connected: ours is gone by then (unmounted by the signal thread, by
+    // `umount`), so fuser never unmounts by name what may no longer be ours.
     ended(session.run())
 }
 
@@ -392,6 +397,13 @@ impl OurMount {
     /// one) in its place, which root must not unmount.
     fn still_there(&self) -> bool {
         self.device.is_some() && mount_device(&self.point) == self.device
+    }
+
+    /// Unmounts it, or if busy, retries and then detaches it
+    /// ([`OurMount::unmount_busy`]).
+    fn unmount_or_detach(&self) -> io::Result<()> {
+        self.unmount(UnmountFlags::empty())
+            .or_else(|e| self.unmount_busy(e))
     }
 
     /// Unmounts it after a first unmount failed with `error`. A file just
@@ -475,9 +487,18 @@ impl BackgroundMount {
         let Some(session) = self.session.take() else {
             return Ok(());
         };
-        session
-            .umount_and_join()
-            .or_else(|e| self.ours.unmount_busy(e))
+        // Ours first, checked (see `serve`): fuser then finds the mount gone
+        // and only waits for its threads. A mount detached while busy
+        // ends when its files are closed: its session is left to end then
+        // by itself, rather than waited for or unmounted by name again.
+        match self.ours.unmount(UnmountFlags::empty()) {
+            Err(e) => {
+                let detached = self.ours.unmount_busy(e);
+                std::mem::forget(session);
+                detached
+            }
+            Ok(()) => session.join(),
+        }
     }
 }
 
