@@ -1282,6 +1282,35 @@ fn a_signal_detaches_a_busy_mount_and_the_daemon_exits_after_the_last_close() {
 }
 
 #[test]
+fn an_unmount_of_a_mount_moved_away_leaves_what_is_now_at_its_old_name() {
+    let mut m = Mount::new();
+    // The directory holding the mount point moves, and another mount
+    // takes the old name; then the administrator unmounts ours where it is.
+    let root = m.mnt.parent().unwrap().to_path_buf();
+    let moved = root.with_extension("moved");
+    fs::rename(&root, &moved).unwrap();
+    fs::create_dir_all(&m.mnt).unwrap();
+    let tmpfs = Command::new("mount")
+        .args(["-t", "tmpfs", "victim"])
+        .arg(&m.mnt)
+        .status();
+    assert!(tmpfs.unwrap().success(), "mounting a tmpfs");
+    let moved_mnt = moved.join(m.mnt.file_name().unwrap());
+    run_ok(Command::new("umount").arg(&moved_mnt));
+    // The daemon ends its session: it must not unmount by the old name.
+    thread::sleep(Duration::from_secs(1));
+    assert!(
+        is_mounted(&m.mnt),
+        "the mount at the old name was unmounted"
+    );
+    run_ok(Command::new("umount").arg(&m.mnt));
+    fs::remove_dir_all(&root).unwrap();
+    fs::rename(&moved, &root).unwrap();
+    let status = m.wait_daemon();
+    assert_eq!(status.code(), Some(0), "{status}:\n{}", m.log());
+}
+
+#[test]
 fn external_umount_ends_the_daemon() {
     let mut m = Mount::new();
     fs::write(m.path("f"), b"kept").unwrap();

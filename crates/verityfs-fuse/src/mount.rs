@@ -351,10 +351,24 @@ fn serve<FS: Mountable>(
             }
         })?;
     tracing::info!("serving {fsname} on {}", mountpoint.display());
-    // fuser unmounts at the end of the session only a mount still
-    // connected: ours is gone by then (unmounted by the signal thread, by
-    // `umount`), so fuser never unmounts by name what may no longer be ours.
-    ended(session.run())
+    ended(join_without_unmount(session.spawn()?))
+}
+
+/// Waits for `session`'s server to end, and returns how it ended, without
+/// letting fuser unmount: at its end, fuser unmounts its mount point by
+/// name, following whatever the name leads to by then. Once a user owning
+/// a parent directory has moved the mount away and put a symlink to another
+/// mount at the name, an administrator's `umount` of ours would have
+/// unmounted that one too. Our unmounts are checked ([`OurMount`]); the
+/// session is never dropped (the process or the embedder goes on without
+/// it; the kernel has ended the connection).
+fn join_without_unmount(mut session: fuser::BackgroundSession) -> io::Result<()> {
+    let placeholder = std::thread::spawn(|| Ok(()));
+    let server = std::mem::replace(&mut session.guard, placeholder);
+    std::mem::forget(session);
+    server
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the file system's server panicked")))
 }
 
 /// How serving ended: the kernel ends a connection with `ENODEV` once
@@ -497,7 +511,7 @@ impl BackgroundMount {
                 std::mem::forget(session);
                 detached
             }
-            Ok(()) => session.join(),
+            Ok(()) => join_without_unmount(session),
         }
     }
 }
