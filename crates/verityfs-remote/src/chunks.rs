@@ -12,7 +12,7 @@ use std::io;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use crate::runtime::timed_out;
 
@@ -90,7 +90,14 @@ pub(crate) struct Chunks {
     lru: Mutex<Lru>,
     /// The most chunks kept (arrived or in flight).
     capacity: usize,
+    /// Buffers of chunks given back, filled again by the next fetches: a
+    /// stream then writes into memory it already has, instead of paying
+    /// for fresh pages (a fault, zeroing, accounting) per chunk.
+    spare: Mutex<Vec<BytesMut>>,
 }
+
+/// The most spare buffers kept.
+const SPARE: usize = 8;
 
 struct Lru {
     slots: HashMap<Key, (Arc<Slot>, u64)>,
@@ -107,6 +114,39 @@ impl Chunks {
                 clock: 0,
             }),
             capacity: (memory / CHUNK).max(4) as usize,
+            spare: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// An empty buffer for a chunk's bytes.
+    pub(crate) fn buffer(&self) -> BytesMut {
+        let spare = self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        spare.unwrap_or_else(|| BytesMut::with_capacity(CHUNK as usize))
+    }
+
+    /// Keeps `buffer` for a later chunk, if it is a chunk's and there is
+    /// room.
+    pub(crate) fn recycle(&self, mut buffer: BytesMut) {
+        if buffer.capacity() >= CHUNK as usize {
+            buffer.clear();
+            let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+            if spare.len() < SPARE {
+                spare.push(buffer);
+            }
+        }
+    }
+
+    /// Recycles the buffer of a chunk dropped from the cache, if nobody
+    /// holds it any more: a reader still copying out of it keeps it alive
+    /// (and unchanged) as long as it needs it.
+    fn recycle_slot(&self, slot: Arc<Slot>) {
+        let Some(slot) = Arc::into_inner(slot) else {
+            return;
+        };
+        if let State::Ready(bytes) = slot.state.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            if let Ok(buffer) = bytes.try_into_mut() {
+                self.recycle(buffer);
+            }
         }
     }
 
@@ -137,8 +177,9 @@ impl Chunks {
             *used = clock;
             return Some((slot.clone(), false));
         }
-        if lru.slots.len() >= self.capacity && !lru.evict_one() {
-            return None;
+        if lru.slots.len() >= self.capacity {
+            let evicted = lru.evict_one()?;
+            self.recycle_slot(evicted);
         }
         let slot = Arc::new(Slot::pending());
         lru.slots.insert(key, (slot.clone(), clock));
@@ -161,10 +202,11 @@ impl Chunks {
         }
     }
 
-    /// Drops chunk `key` (its bytes failed verification); returns whether
-    /// it was there.
+    /// Drops chunk `key` (its bytes failed verification, or its reader is
+    /// done with it); returns whether it was there.
     pub(crate) fn forget(&self, key: Key) -> bool {
-        self.lock().slots.remove(&key).is_some()
+        let removed = self.lock().slots.remove(&key);
+        removed.map(|(slot, _)| self.recycle_slot(slot)).is_some()
     }
 
     /// How many more chunks may be fetched ahead now: read-ahead takes at
@@ -177,16 +219,16 @@ impl Chunks {
 }
 
 impl Lru {
-    /// Drops the least recently used chunk that has arrived: false if all
-    /// are in flight.
-    fn evict_one(&mut self) -> bool {
+    /// Drops the least recently used chunk that has arrived, and returns
+    /// it: `None` if all are in flight.
+    fn evict_one(&mut self) -> Option<Arc<Slot>> {
         let oldest = self
             .slots
             .iter()
             .filter(|(_, (slot, _))| !slot.is_pending())
             .min_by_key(|(_, (_, used))| *used)
-            .map(|(key, _)| *key);
-        oldest.is_some_and(|key| self.slots.remove(&key).is_some())
+            .map(|(key, _)| *key)?;
+        self.slots.remove(&oldest).map(|(slot, _)| slot)
     }
 }
 
@@ -248,6 +290,39 @@ mod tests {
         }
         assert_eq!(chunks.room_ahead(), 0);
         assert!(chunks.claim((1, 9)).is_none());
+    }
+
+    /// A chunk filled into a buffer of `chunks`, and the buffer's address.
+    fn filled(chunks: &Chunks, key: Key) -> *const u8 {
+        let mut buffer = chunks.buffer();
+        buffer.extend_from_slice(&[1; CHUNK as usize]);
+        let (slot, _) = chunks.claim(key).unwrap();
+        let bytes = buffer.freeze();
+        let address = bytes.as_ptr();
+        chunks.finish(key, &slot, &Ok(bytes));
+        address
+    }
+
+    #[test]
+    fn a_dropped_chunk_lends_its_buffer_to_the_next_fetch() {
+        let chunks = Chunks::new(8 * CHUNK);
+        let address = filled(&chunks, (1, 0));
+        assert!(chunks.forget((1, 0)));
+        let buffer = chunks.buffer();
+        assert_eq!(buffer.as_ptr(), address);
+        assert!(buffer.is_empty() && buffer.capacity() >= CHUNK as usize);
+    }
+
+    #[test]
+    fn a_dropped_chunk_still_being_read_keeps_its_bytes() {
+        let chunks = Chunks::new(8 * CHUNK);
+        let address = filled(&chunks, (1, 0));
+        let held = chunks.get((1, 0)).unwrap().wait(soon()).unwrap();
+        assert!(chunks.forget((1, 0)));
+        let mut buffer = chunks.buffer();
+        assert_ne!(buffer.as_ptr(), address);
+        buffer.extend_from_slice(&[2; CHUNK as usize]);
+        assert!(held.iter().all(|&b| b == 1));
     }
 
     #[test]

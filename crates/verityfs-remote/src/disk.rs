@@ -38,7 +38,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags, Stat};
 use rustix::io::Errno;
 
@@ -508,17 +507,6 @@ impl CachedObject {
         self.lock().holds(pos, buf.len() as u64) && self.data.read_exact_at(buf, pos).is_ok()
     }
 
-    /// The bytes of `range` if every block is held.
-    pub(crate) fn read_range(&self, range: Range<u64>) -> Option<Bytes> {
-        let len = range.end.checked_sub(range.start)?;
-        // Held blocks bound the length before anything is allocated.
-        if !self.lock().holds(range.start, len) {
-            return None;
-        }
-        let mut buf = vec![0; usize::try_from(len).ok()?];
-        self.read(&mut buf, range.start).then(|| buf.into())
-    }
-
     /// Keeps `bytes`, fetched from `pos` of an object of `size` bytes: the
     /// whole blocks among them (and a last partial block at the end).
     /// Nothing is kept of an object larger than the cache keeps, nor of
@@ -617,6 +605,17 @@ impl CachedObject {
 mod tests {
     use super::*;
 
+    /// The bytes of `range` if every block is held.
+    fn read_range(object: &CachedObject, range: Range<u64>) -> Option<Vec<u8>> {
+        let len = range.end.checked_sub(range.start)?;
+        // Held blocks bound the length before anything is allocated.
+        if !object.lock().holds(range.start, len) {
+            return None;
+        }
+        let mut buf = vec![0; usize::try_from(len).ok()?];
+        object.read(&mut buf, range.start).then_some(buf)
+    }
+
     const HEX64: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
     /// A cache in a new directory of its own, at most `max` bytes.
@@ -677,15 +676,15 @@ mod tests {
         let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
         // Partial blocks at either end are not kept, but the object's end.
         object.record(&data[10..2 * BLOCK as usize + 5], 10, size);
-        assert!(object.read_range(BLOCK..2 * BLOCK).is_some());
-        assert!(object.read_range(0..BLOCK).is_none());
-        assert!(object.read_range(BLOCK..2 * BLOCK + 1).is_none());
+        assert!(read_range(&object, BLOCK..2 * BLOCK).is_some());
+        assert!(read_range(&object, 0..BLOCK).is_none());
+        assert!(read_range(&object, BLOCK..2 * BLOCK + 1).is_none());
         let used = cache.used.load(Ordering::Relaxed);
         object.record(&data, 0, size);
         assert_eq!(cache.used.load(Ordering::Relaxed), used + 3 * BLOCK);
         object.record(&data, 0, size);
         assert_eq!(cache.used.load(Ordering::Relaxed), used + 3 * BLOCK);
-        let all = object.read_range(0..size).unwrap();
+        let all = read_range(&object, 0..size).unwrap();
         assert_eq!(&all[..], &data[..]);
         assert_eq!(object.size(), Some(size));
 
@@ -693,11 +692,11 @@ mod tests {
         drop(object);
         let object = cache.object(&name(1)).unwrap();
         assert_eq!(object.size(), Some(size));
-        assert_eq!(&object.read_range(0..size).unwrap()[..], &data[..]);
+        assert_eq!(&read_range(&object, 0..size).unwrap()[..], &data[..]);
         assert!(object.forget(BLOCK + 1, 1));
         assert!(!object.forget(BLOCK, 1));
-        assert!(object.read_range(0..BLOCK).is_some());
-        assert!(object.read_range(BLOCK..2 * BLOCK).is_none());
+        assert!(read_range(&object, 0..BLOCK).is_some());
+        assert!(read_range(&object, BLOCK..2 * BLOCK).is_none());
     }
 
     #[test]
@@ -722,9 +721,9 @@ mod tests {
         object.record(&block, (1 << 30) - BLOCK, 1 << 30);
         assert_eq!(object.size(), Some(1 << 30));
         assert_eq!(object.lock().bits.len(), 1 << 15);
-        assert!(object.read_range((1 << 30) - BLOCK..1 << 30).is_some());
-        assert!(object.read_range(Range { start: 10, end: 5 }).is_none());
-        assert!(object.read_range(0..u64::MAX).is_none());
+        assert!(read_range(&object, (1 << 30) - BLOCK..1 << 30).is_some());
+        assert!(read_range(&object, Range { start: 10, end: 5 }).is_none());
+        assert!(read_range(&object, 0..u64::MAX).is_none());
         assert!(!object.read(&mut [0; 8], u64::MAX - 4));
         // Forgetting past the bitmap does not grow it.
         assert!(!object.forget(1 << 40, 1 << 40));
@@ -860,18 +859,18 @@ mod tests {
         a.record(&data[..BLOCK as usize], 0, size);
         b.record(&data[BLOCK as usize..2 * BLOCK as usize], BLOCK, size);
         // b learnt a's block; a learns b's when it writes that byte again.
-        assert!(b.read_range(0..2 * BLOCK).is_some());
+        assert!(read_range(&b, 0..2 * BLOCK).is_some());
         a.record(
             &data[2 * BLOCK as usize..3 * BLOCK as usize],
             2 * BLOCK,
             size,
         );
-        assert!(a.read_range(0..3 * BLOCK).is_some());
+        assert!(read_range(&a, 0..3 * BLOCK).is_some());
         drop((a, b));
         let cache = DiskCache::open(&dir.path().join("cache"), 1 << 30).unwrap();
         let object = cache.object(&name(1)).unwrap();
-        assert!(object.read_range(0..3 * BLOCK).is_some());
-        assert!(object.read_range(3 * BLOCK..4 * BLOCK).is_none());
+        assert!(read_range(&object, 0..3 * BLOCK).is_some());
+        assert!(read_range(&object, 3 * BLOCK..4 * BLOCK).is_none());
     }
 
     #[test]

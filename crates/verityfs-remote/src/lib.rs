@@ -14,6 +14,7 @@
 mod chunks;
 mod disk;
 mod errors;
+mod fetch;
 mod object;
 mod options;
 mod runtime;

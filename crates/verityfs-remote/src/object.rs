@@ -15,15 +15,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
-use futures_util::StreamExt;
+use bytes::Bytes;
 use object_store::path::Path;
-use object_store::{GetOptions, GetRange, ObjectStore};
+use object_store::GetRange;
 use verityfs::Source;
 
-use crate::chunks::{Chunks, Key, Slot, CHUNK};
+use crate::chunks::{Key, Slot, CHUNK};
 use crate::disk::CachedObject;
-use crate::errors::{io_error, past_end};
+use crate::errors::past_end;
+use crate::fetch::{cached_chunk, Origin, Run};
 use crate::runtime::within;
 use crate::store::Remote;
 
@@ -31,8 +31,21 @@ use crate::store::Remote;
 /// most it grows to.
 const WINDOW: Range<u64> = 2..32;
 
+/// The chunks a stream keeps behind the one it reads.
+const KEPT_BEHIND: u64 = 2;
+
 /// The size of an object not known yet.
 const UNKNOWN: u64 = u64::MAX;
+
+/// A sequential stream.
+struct Stream {
+    /// The end of its last read.
+    end: u64,
+    /// How many chunks it reads ahead.
+    window: u64,
+    /// The chunk from which it has not given chunks back.
+    given_back: u64,
+}
 
 /// An object of the image.
 pub(crate) struct Object {
@@ -42,8 +55,8 @@ pub(crate) struct Object {
     id: u64,
     /// Its size, as the last response said ([`UNKNOWN`] before).
     size: Arc<AtomicU64>,
-    /// The end of the last read of a stream, and its window.
-    stream: Mutex<(u64, u64)>,
+    /// The sequential stream reading it.
+    stream: Mutex<Stream>,
     /// The end of the object, when [`Source::size`] had to ask for it
     /// (dropped by [`Source::invalidate`]).
     tail: Mutex<Option<(u64, Bytes)>>,
@@ -72,7 +85,11 @@ impl Object {
             // is a hint for reading the disk, never a reason to refuse a
             // read (a lie kept there would outlive the liar).
             size: Arc::new(AtomicU64::new(UNKNOWN)),
-            stream: Mutex::new((0, WINDOW.start)),
+            stream: Mutex::new(Stream {
+                end: 0,
+                window: WINDOW.start,
+                given_back: 0,
+            }),
             tail: Mutex::new(None),
             disk,
             disk_size_wrong: std::sync::atomic::AtomicBool::new(false),
@@ -94,25 +111,24 @@ impl Object {
 
     /// Fetches `range` now, on the calling thread, by `deadline`.
     fn fetch_now(&self, range: GetRange, deadline: Instant) -> io::Result<Bytes> {
-        let fetch = fetch(
-            &self.remote.store,
-            &self.path,
-            range,
-            &self.size,
-            self.disk.clone(),
-        );
+        let origin = Origin {
+            store: &self.remote.store,
+            path: &self.path,
+            size: &self.size,
+            disk: self.disk.clone(),
+        };
         let limit = deadline.saturating_duration_since(Instant::now());
-        self.remote.rt.block_on(limit, fetch)
+        self.remote.rt.block_on(limit, origin.fetch(range))
     }
 
-    /// Starts fetching the run of chunks from `first` into `slots`, with
-    /// one request (or from the disk cache).
+    /// Starts fetching the run of chunks from `first` into `slots`: those
+    /// the disk cache holds from there, the rest with one request.
     fn spawn_fetch(&self, first: u64, slots: Vec<Arc<Slot>>) {
-        let run = Run {
+        let mut run = Run {
             chunks: self.remote.chunks.clone(),
             id: self.id,
-            first,
-            slots,
+            next: first,
+            slots: slots.into(),
         };
         let (store, path) = (self.remote.store.clone(), self.path.clone());
         let (size, disk, limit) = (
@@ -120,21 +136,27 @@ impl Object {
             self.disk.clone(),
             self.remote.options.timeout,
         );
-        let range = first * CHUNK..(first + run.slots.len() as u64) * CHUNK;
         self.remote.rt.spawn(async move {
-            let mut run = run;
-            let cached = match disk.clone() {
-                Some(d) => cached_run(d, range.clone()).await,
-                None => None,
-            };
-            let result = match cached {
-                Some(bytes) => Ok(bytes),
-                None => {
-                    let range = GetRange::Bounded(range);
-                    within(limit, fetch(&store, &path, range, &size, disk.clone())).await
+            while let (Some(d), false) = (&disk, run.slots.is_empty()) {
+                let range = run.next * CHUNK..(run.next + 1) * CHUNK;
+                let buffer = run.chunks.buffer();
+                match cached_chunk(d.clone(), range, buffer).await {
+                    Some(bytes) => run.finish_next(&Ok(bytes)),
+                    None => break,
                 }
+            }
+            if run.slots.is_empty() {
+                return;
+            }
+            let origin = Origin {
+                store: &store,
+                path: &path,
+                size: &size,
+                disk,
             };
-            run.finish(&result);
+            if let Err(e) = within(limit, origin.fetch_run(&mut run)).await {
+                run.finish_rest(&Err(e));
+            }
         });
     }
 
@@ -188,31 +210,45 @@ impl Object {
     /// random ones, fetched a second time.
     fn note_read(&self, range: &Range<u64>, in_memory: bool) -> bool {
         let mut stream = self.stream.lock().unwrap_or_else(|e| e.into_inner());
-        let (last_end, window) = &mut *stream;
         // Concurrent readers of one stream (the kernel's read-ahead, the
         // file system's threads) arrive a little out of order: a read
         // within the window behind the stream's end continues it too.
-        let behind = *window * CHUNK;
+        let behind = stream.window * CHUNK;
         let sequential = range.start == 0
-            || (range.start.saturating_add(behind) >= *last_end
-                && range.start <= last_end.saturating_add(CHUNK));
+            || (range.start.saturating_add(behind) >= stream.end
+                && range.start <= stream.end.saturating_add(CHUNK));
         if !sequential && in_memory {
             return false;
         }
-        *window = if sequential {
-            (*window * 2).min(WINDOW.end)
-        } else {
-            WINDOW.start
+        if range.start == 0 || !sequential {
+            stream.given_back = range.start / CHUNK;
+        }
+        stream.window = match sequential {
+            true => (stream.window * 2).min(WINDOW.end),
+            false => WINDOW.start,
         };
-        *last_end = match range.start {
+        stream.end = match range.start {
             0 => range.end,
-            _ if sequential => range.end.max(*last_end),
+            _ if sequential => range.end.max(stream.end),
             _ => range.end,
         };
         if sequential {
-            self.read_ahead((range.end - 1) / CHUNK + 1, *window, false);
+            self.give_back_passed(&mut stream);
+            self.read_ahead((range.end - 1) / CHUNK + 1, stream.window, false);
         }
         sequential
+    }
+
+    /// Gives back the chunks a stream has passed, all but the last
+    /// [`KEPT_BEHIND`] (its reads arrive a little out of order): what it
+    /// read is in the page cache now, and the chunks it reads next reuse
+    /// their buffers.
+    fn give_back_passed(&self, stream: &mut Stream) {
+        let passed = (stream.end / CHUNK).saturating_sub(KEPT_BEHIND);
+        for chunk in stream.given_back..passed {
+            self.remote.chunks.forget(self.key(chunk));
+        }
+        stream.given_back = stream.given_back.max(passed);
     }
 
     /// Fills `buf` from `pos` out of whole chunks, by `deadline`. A chunk
@@ -397,108 +433,5 @@ impl Source for Object {
                 .unwrap_or_else(|e| e.into_inner())
                 .take()
                 .is_some()
-    }
-}
-
-/// Fetches `range` of the object at `path`, recording its size, and
-/// keeping the bytes on `disk`. The body is read frame by frame and refused
-/// as soon as it is longer than the range: a server cannot make the
-/// daemon hold more than it asked for.
-async fn fetch(
-    store: &Arc<dyn ObjectStore>,
-    path: &Path,
-    range: GetRange,
-    size: &AtomicU64,
-    disk: Option<Arc<CachedObject>>,
-) -> io::Result<Bytes> {
-    let options = GetOptions {
-        range: Some(range),
-        ..GetOptions::default()
-    };
-    let result = store.get_opts(path, options).await.map_err(io_error)?;
-    let (start, total) = (result.range.start, result.meta.size);
-    let expected = result.range.end.checked_sub(start).ok_or_else(past_end)?;
-    size.store(total, Ordering::Relaxed);
-    let mut body = BytesMut::with_capacity(expected.min(MAX_FETCH) as usize);
-    let mut frames = result.into_stream();
-    while let Some(frame) = frames.next().await {
-        let frame = frame.map_err(io_error)?;
-        if (body.len() + frame.len()) as u64 > expected {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "response longer than its range",
-            ));
-        }
-        body.extend_from_slice(&frame);
-    }
-    if body.len() as u64 != expected {
-        return Err(past_end());
-    }
-    let bytes = body.freeze();
-    if let Some(disk) = disk {
-        // Off the runtime's threads, which every read's network I/O needs:
-        // a slow cache file system must not stall them.
-        let kept = bytes.clone();
-        let _ = tokio::task::spawn_blocking(move || disk.record(&kept, start, total)).await;
-    }
-    Ok(bytes)
-}
-
-/// The run `range` from the disk cache `disk`, if it holds all of it (read
-/// off the runtime's threads). The size the disk keeps is a hint for the
-/// object's last chunk only.
-async fn cached_run(disk: Arc<CachedObject>, range: Range<u64>) -> Option<Bytes> {
-    let read = move || {
-        let end = disk.size().map_or(range.end, |size| range.end.min(size));
-        (range.start < end).then(|| disk.read_range(range.start..end))?
-    };
-    tokio::task::spawn_blocking(read).await.ok().flatten()
-}
-
-/// The most bytes one request asks for: a run of chunks fetched for a
-/// prefetch hint (a tree fetched whole at open).
-const MAX_FETCH: u64 = 64 << 20;
-
-/// A run of chunks being fetched with one request: its slots are finished
-/// when the request ends, or, if the task is dropped first (a panic, the
-/// runtime shutting down), with an error, so that no reader waits for a
-/// fetch that will never end and no slot stays in flight for ever.
-struct Run {
-    chunks: Arc<Chunks>,
-    id: u64,
-    first: u64,
-    slots: Vec<Arc<Slot>>,
-}
-
-impl Run {
-    /// Finishes every slot with its piece of `result`. A piece is copied
-    /// out of a run of several chunks, so that a chunk kept in memory does
-    /// not keep the whole run's buffer; a piece shorter than a chunk is
-    /// the end of the object.
-    fn finish(&mut self, result: &io::Result<Bytes>) {
-        let several = self.slots.len() > 1;
-        for (chunk, slot) in (self.first..).zip(self.slots.drain(..)) {
-            let piece = match result {
-                Ok(bytes) => {
-                    let from = ((chunk - self.first) * CHUNK).min(bytes.len() as u64) as usize;
-                    let to = (from + CHUNK as usize).min(bytes.len());
-                    match several {
-                        true => Ok(Bytes::copy_from_slice(&bytes[from..to])),
-                        false => Ok(bytes.slice(from..to)),
-                    }
-                }
-                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-            };
-            self.chunks.finish((self.id, chunk), &slot, &piece);
-        }
-    }
-}
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        if !self.slots.is_empty() {
-            let cancelled = io::Error::new(io::ErrorKind::Interrupted, "the fetch was cancelled");
-            self.finish(&Err(cancelled));
-        }
     }
 }

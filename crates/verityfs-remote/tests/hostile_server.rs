@@ -143,3 +143,38 @@ fn a_size_lied_about_once_does_not_fail_later_reads() {
         "read past the size once claimed"
     );
 }
+
+#[test]
+fn a_chunk_is_read_while_the_rest_of_its_request_is_on_its_way() {
+    const CHUNK: usize = 2 << 20;
+    const TOTAL: usize = 3 * CHUNK;
+    // The first chunk of whatever is asked for, then nothing for longer
+    // than the store waits.
+    let url = serve(Arc::new(
+        |_, (a, b): (usize, usize), stream: &mut TcpStream| {
+            if a >= TOTAL {
+                let head = format!(
+                "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{TOTAL}\r\nContent-Length: 0\r\n\r\n"
+            );
+                let _ = stream.write_all(head.as_bytes());
+                return;
+            }
+            let b = b.min(TOTAL - 1);
+            let head = format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{TOTAL}\r\nContent-Length: {}\r\n\r\n",
+            b + 1 - a
+        );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(&vec![7u8; CHUNK.min(b + 1 - a)]);
+            std::thread::sleep(Duration::from_secs(10));
+        },
+    ));
+    let object = store(&url).open("object").unwrap();
+    // One request for the three chunks.
+    object.prefetch(0, TOTAL as u64);
+    let mut buf = [0u8; 4096];
+    object
+        .read_exact_at(&mut buf, 0)
+        .expect("the first chunk, arrived while the others have not");
+    assert!(buf.iter().all(|&b| b == 7));
+}
