@@ -310,12 +310,15 @@ pub(crate) fn read_verified(
     buf: &mut [u8],
     offset: u64,
 ) -> Result<usize, Errno> {
-    file.read_at(buf, offset).map_err(|e| {
-        if let verityfs::Error::Corrupted(c) = &e {
-            log_corruption(c);
-        }
-        lib_errno(e)
-    })
+    file.read_at(buf, offset).map_err(verified_read_error)
+}
+
+/// The errno of a failed verified read; corruption is logged.
+pub(crate) fn verified_read_error(e: verityfs::Error) -> Errno {
+    if let verityfs::Error::Corrupted(c) = &e {
+        log_corruption(c);
+    }
+    lib_errno(e)
 }
 
 /// `pread` until `buf` is full or the file ends.

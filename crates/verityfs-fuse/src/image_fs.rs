@@ -24,10 +24,10 @@ use verityfs::uapi::{
     encode_flags, FS_IOC32_GETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_ENABLE_VERITY, FS_IOC_FSGETXATTR,
     FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS, FS_IOC_MEASURE_VERITY, FS_IOC_SETFLAGS, FS_VERITY_FL,
 };
-use verityfs::{ReadOptions, Verifier, VerityFile};
+use verityfs::{Lent, ReadOptions, Verifier, VerityFile};
 
 use crate::attr::system_time;
-use crate::file_ops::read_verified;
+use crate::file_ops::{read_verified, verified_read_error};
 use crate::fs::lib_errno;
 use crate::ioctl::{fsxattr_from_flags, measure_reply};
 use crate::mount::MountState;
@@ -251,6 +251,19 @@ impl ImageFs {
     ) -> Result<usize, Errno> {
         let file = self.open_file_of(ino)?;
         read_verified(&file, buf, offset)
+    }
+
+    /// The verified bytes of a read of open file `ino`, in the memory its
+    /// source lent them from, if it holds them (`None`: read them with
+    /// [`ImageFs::read_file`]).
+    pub(crate) fn read_lent(
+        &self,
+        ino: INodeNo,
+        offset: u64,
+        size: usize,
+    ) -> Result<Option<Lent>, Errno> {
+        let file = self.open_file_of(ino)?;
+        file.read_lent(offset, size).map_err(verified_read_error)
     }
 
     fn open_file_of(&self, ino: INodeNo) -> Result<Arc<VerityFile>, Errno> {

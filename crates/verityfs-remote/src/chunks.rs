@@ -67,6 +67,14 @@ impl Slot {
         }
     }
 
+    /// The chunk's bytes if they have arrived.
+    pub(crate) fn ready(&self) -> Option<Bytes> {
+        match &*self.state.lock().unwrap_or_else(|e| e.into_inner()) {
+            State::Ready(bytes) => Some(bytes.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether the chunk is still on its way.
     fn is_pending(&self) -> bool {
         matches!(

@@ -18,7 +18,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::GetRange;
-use verityfs::Source;
+use verityfs::{Lent, Source};
 
 use crate::chunks::{Key, Slot, CHUNK};
 use crate::disk::CachedObject;
@@ -413,6 +413,23 @@ impl Source for Object {
         let start = size.checked_sub(bytes.len() as u64).ok_or_else(past_end)?;
         *self.tail.lock().unwrap_or_else(|e| e.into_inner()) = Some((start, bytes));
         Ok(size)
+    }
+
+    /// Lends out of a chunk that has arrived (what a stream reads, fetched
+    /// ahead of it): a read lying in one chunk costs no copy. A chunk still
+    /// on its way is not waited for here: the read that follows waits for
+    /// it, within the read's deadline.
+    fn lend(&self, offset: u64, len: usize) -> Option<Lent> {
+        let range = self.range(offset, len).ok()??;
+        let chunk = offset / CHUNK;
+        if (range.end - 1) / CHUNK != chunk {
+            return None;
+        }
+        let bytes = self.remote.chunks.get(self.key(chunk))?.ready()?;
+        let within = (offset % CHUNK) as usize;
+        let lent = Lent::new(bytes).narrow(within..within + len)?;
+        self.note_read(&range, true);
+        Some(lent)
     }
 
     /// Drops the chunks in memory and the blocks on disk of the range.

@@ -103,7 +103,7 @@ pub use open::{ReadOptions, Verifier, VerityFile};
 pub use params::{MerkleTreeParams, Salt};
 pub use read_metadata::MetadataType;
 pub use reader::{corruption, VerifiedReader};
-pub use source::Source;
+pub use source::{Lent, Source};
 pub use state::{recover, FileState};
 pub use stats::{Counters, Snapshot};
 

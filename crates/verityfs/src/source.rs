@@ -18,6 +18,7 @@
 use std::fs::File;
 use std::io::{self, IoSliceMut};
 use std::num::NonZeroU64;
+use std::ops::{Deref, Range};
 use std::os::unix::fs::FileExt;
 
 use rustix::fs::{fadvise, Advice};
@@ -74,6 +75,55 @@ pub trait Source: Send + Sync {
     /// default does nothing (a file has no copy of its own).
     fn invalidate(&self, _offset: u64, _len: u64) -> bool {
         false
+    }
+
+    /// The `len` bytes at `offset`, if the source holds them in memory
+    /// that nobody changes while they are lent (bytes it fetched earlier):
+    /// a reader then verifies and returns that very memory, with no copy.
+    /// `None` if it does not hold them all; it may wait for bytes already
+    /// on their way, but starts no read. The default lends nothing (a
+    /// file's bytes can change under a reader: they are copied, then
+    /// verified).
+    fn lend(&self, _offset: u64, _len: usize) -> Option<Lent> {
+        None
+    }
+}
+
+/// Bytes a [`Source`] lent (see [`Source::lend`]): memory it keeps alive
+/// and unchanged for as long as the loan lives.
+pub struct Lent {
+    bytes: Box<dyn AsRef<[u8]> + Send + Sync>,
+    range: Range<usize>,
+}
+
+impl Lent {
+    /// A loan of all of `bytes`, which must never change while it lives
+    /// (an immutable, shared buffer).
+    pub fn new(bytes: impl AsRef<[u8]> + Send + Sync + 'static) -> Self {
+        let len = bytes.as_ref().len();
+        Lent {
+            bytes: Box::new(bytes),
+            range: 0..len,
+        }
+    }
+
+    /// The part `range` of the loan (relative to it), or `None` if it
+    /// reaches past its end.
+    pub fn narrow(self, range: Range<usize>) -> Option<Self> {
+        let start = self.range.start.checked_add(range.start)?;
+        let end = self.range.start.checked_add(range.end)?;
+        (range.start <= range.end && end <= self.range.end).then_some(Lent {
+            bytes: self.bytes,
+            range: start..end,
+        })
+    }
+}
+
+impl Deref for Lent {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &(*self.bytes).as_ref()[self.range.clone()]
     }
 }
 

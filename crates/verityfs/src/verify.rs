@@ -41,6 +41,7 @@ use crate::error::{Corruption, Error, Result};
 use crate::geometry::MAX_KERNEL_LEVELS;
 use crate::hash_algs::Digest;
 use crate::open::VerityFile;
+use crate::source::Lent;
 use crate::stats::Counters;
 
 /// Level-0 tree bytes requested at once ahead of a sequential stream: with
@@ -145,6 +146,38 @@ impl VerityFile {
             checked => checked?,
         }
         Ok(len)
+    }
+
+    /// Up to `len` bytes at `offset`, verified, in the memory the data's
+    /// source lent them from ([`Source::lend`](crate::Source::lend)): the
+    /// very bytes checked are the bytes returned, with no copy. `None` when
+    /// the source does not hold them all, or held a copy that failed its
+    /// check (dropped now): then [`VerityFile::read_at`] reads them. Also
+    /// `None` at or past the end of the data.
+    pub fn read_lent(&self, offset: u64, len: usize) -> Result<Option<Lent>> {
+        let size = self.data_size();
+        if offset >= size || len == 0 {
+            return Ok(None);
+        }
+        let len = (len as u64).min(size - offset) as usize;
+        let log_bs = self.log_block_size();
+        let (first, last) = (offset >> log_bs, (offset + len as u64 - 1) >> log_bs);
+        let blocks = first << log_bs..((last + 1) << log_bs).min(size);
+        let Some(lent) = self
+            .data
+            .lend(blocks.start, (blocks.end - blocks.start) as usize)
+        else {
+            return Ok(None);
+        };
+        let mut plan = self.plan_tree_reads(first, last, offset, len);
+        match self.verify_data(first, &lent, &mut plan) {
+            Ok(()) => {
+                let from = (offset - blocks.start) as usize;
+                Ok(lent.narrow(from..from + len))
+            }
+            Err(e) if self.forget_corrupt(&e, &blocks) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Fills `buf` with the data at `offset`, which lies in `blocks` (the

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustix::fs::{fadvise, Advice};
-use verityfs::{HashAlgorithm, MerkleTreeParams, ReadOptions, Source, Verifier, VerityFile};
+use verityfs::{HashAlgorithm, Lent, MerkleTreeParams, ReadOptions, Source, Verifier, VerityFile};
 
 /// What a source was asked for: (offset, length) of each call.
 #[derive(Default, Debug)]
@@ -23,10 +23,12 @@ struct Calls {
     prefetches: Vec<(u64, u64)>,
 }
 
-/// A file that records the calls it gets.
+/// A file that records the calls it gets; it lends the bytes of a copy
+/// in memory, if it has one, until that copy is invalidated.
 struct Counting {
     file: File,
     calls: Mutex<Calls>,
+    memory: Mutex<Option<Arc<[u8]>>>,
 }
 
 impl Counting {
@@ -34,7 +36,13 @@ impl Counting {
         Arc::new(Counting {
             file: File::open(path).unwrap(),
             calls: Mutex::default(),
+            memory: Mutex::default(),
         })
+    }
+
+    /// Lends `memory` from now on.
+    fn keep(&self, memory: Vec<u8>) {
+        *self.memory.lock().unwrap() = Some(memory.into());
     }
 
     fn reads(&self) -> Vec<(u64, u64)> {
@@ -66,6 +74,16 @@ impl Source for Counting {
 
     fn size(&self) -> io::Result<u64> {
         Source::size(&self.file)
+    }
+
+    fn lend(&self, offset: u64, len: usize) -> Option<Lent> {
+        let memory = self.memory.lock().unwrap().clone()?;
+        let from = offset as usize;
+        Lent::new(memory).narrow(from..from + len)
+    }
+
+    fn invalidate(&self, _offset: u64, _len: u64) -> bool {
+        self.memory.lock().unwrap().take().is_some()
     }
 }
 
@@ -273,4 +291,42 @@ fn parallel_readers_of_one_file_each_keep_their_readahead() {
     });
     // As above, with room for readers racing for the same missing block.
     assert_tree_reads_at_most(&file, &source, 4 * readers as usize);
+}
+
+#[test]
+fn bytes_a_source_lends_are_verified_and_returned_without_a_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i % 251) as u8).collect();
+    verity_file(dir.path(), Some(&data), 0, MerkleTreeParams::default());
+    let (file, source) = open_counting(&verifier(), dir.path());
+    let tree_pos = file.location().tree_pos;
+    let data_reads = || source.reads().iter().filter(|r| r.0 < tree_pos).count();
+    let reads = data_reads();
+    assert!(
+        file.read_lent(0, 4096).unwrap().is_none(),
+        "nothing kept yet"
+    );
+    source.keep(data.clone());
+    let lent = file.read_lent(4000, 5000).unwrap().unwrap();
+    assert!(lent[..] == data[4000..9000]);
+    let end = file.read_lent(3 * 4096, 4096).unwrap().unwrap();
+    assert!(end[..] == data[3 * 4096..], "the end of the data only");
+    assert!(file.read_lent(data.len() as u64, 1).unwrap().is_none());
+    assert_eq!(data_reads(), reads, "no read of the data for lent bytes");
+}
+
+#[test]
+fn a_lent_copy_that_fails_its_check_is_dropped_and_the_source_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..8 * 4096).map(|i| (i % 251) as u8).collect();
+    verity_file(dir.path(), Some(&data), 0, MerkleTreeParams::default());
+    let (file, source) = open_counting(&verifier(), dir.path());
+    let mut damaged = data.clone();
+    damaged[5000] ^= 1;
+    source.keep(damaged);
+    assert!(file.read_lent(4096, 4096).unwrap().is_none());
+    assert!(source.lend(0, 1).is_none(), "the copy was dropped");
+    let mut buf = vec![0; 4096];
+    assert_eq!(file.read_at(&mut buf, 4096).unwrap(), 4096);
+    assert!(buf[..] == data[4096..8192]);
 }
