@@ -204,9 +204,12 @@ pub fn open_dir(path: &Path, create: Option<u32>) -> io::Result<OpenedDir> {
                 ))
             }
             FileType::Symlink if st.st_uid != 0 && st.st_uid != euid => {
+                let trusted = match euid {
+                    0 => "root's".to_owned(),
+                    uid => format!("root's or uid {uid}'s"),
+                };
                 let why = format!(
-                    " is a symbolic link of uid {}, not followed (only links of root's or \
-                     uid {euid}'s are)",
+                    " is a symbolic link of uid {}, not followed (only links of {trusted} are)",
                     st.st_uid
                 );
                 return Err(fail(&walked, Errno::LOOP, &why));
