@@ -65,6 +65,11 @@ impl OpenedDir {
         &self.fd
     }
 
+    /// The directory's descriptor, for keeping.
+    pub fn into_fd(self) -> OwnedFd {
+        self.fd
+    }
+
     /// Whether the walk created the directory.
     pub fn made(&self) -> bool {
         self.made.is_some()
