@@ -333,7 +333,10 @@ impl MountArgs {
 /// that it is not the image `trust` names.
 fn image_error(e: LibError, name: &OsStr, trust: &ManifestTrust) -> Error {
     let mismatch = match (trust, &e) {
-        (ManifestTrust::Digest(_), LibError::Corrupted(_)) => "the image does not match --digest",
+        (
+            ManifestTrust::Digest(_),
+            LibError::Corrupted(_) | LibError::DescriptorTampered { .. },
+        ) => "the image does not match --digest",
         (ManifestTrust::Signed(_), LibError::Signature(_) | LibError::NoSignature) => {
             "the image's manifest is not signed by a --trusted-cert"
         }

@@ -474,6 +474,9 @@ fn flipped_bytes_give_eio_and_are_not_sticky() {
     let descriptor = (served.source(small).len() as u64).next_multiple_of(TREE_ALIGN);
     proxy.set(flip_at(descriptor + 20));
     assert_eio(read_all(&mount.path(small)), "a descriptor");
+    // Its version byte: no longer a descriptor at all, tampering too.
+    proxy.set(flip_at(descriptor));
+    assert_eio(read_all(&mount.path(small)), "a garbled descriptor");
     proxy.set(Faults::default());
     assert_bytes(read_all(&mount.path(small)), &served.source(small), "small");
 
