@@ -456,21 +456,28 @@ fn a_mount_point_swapped_for_a_link_meanwhile_is_never_followed() {
             assert!(Instant::now() < deadline, "neither mounted nor refused");
             std::thread::sleep(Duration::from_millis(1));
         };
-        assert_eq!(mounts_on(&victim), 0, "mounted over the victim's directory");
         if points.is_empty() {
             refused += 1;
             continue;
         }
         mounted += 1;
-        // Wherever the swapper has moved it since: still its own directory.
-        let _stopped = Stopped::new(swapper.pid());
-        for point in mounts_of("self", &backing) {
-            assert!(point.starts_with(&attacker), "{}", point.display());
+        // Taken down wherever it is (the swapper may have moved it since),
+        // before anything is asserted.
+        let stopped = Stopped::new(swapper.pid());
+        let points = mounts_of("self", &backing);
+        for point in &points {
             let flags = rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW;
-            let unmounted = rustix::mount::unmount(&point, flags);
+            let unmounted = rustix::mount::unmount(point, flags);
             assert!(unmounted.is_ok(), "{}: {unmounted:?}", point.display());
         }
-        drop(daemon);
+        drop((stopped, daemon));
+        for point in points {
+            assert!(
+                point.starts_with(&attacker),
+                "mounted outside the attacker's directory: {}",
+                point.display()
+            );
+        }
     }
     assert_eq!(fs::read_dir(&victim).unwrap().count(), 0);
     eprintln!("{mounted} mounted in the attacker's directory, {refused} refused");
