@@ -463,7 +463,7 @@ fn a_mount_point_swapped_for_a_link_meanwhile_is_never_followed() {
         mounted += 1;
         // Taken down wherever it is (the swapper may have moved it since),
         // before anything is asserted.
-        let stopped = Stopped::new(swapper.pid());
+        let stopped = stop(swapper.pid());
         let points = mounts_of("self", &backing);
         for point in &points {
             let flags = rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW;
@@ -483,14 +483,10 @@ fn a_mount_point_swapped_for_a_link_meanwhile_is_never_followed() {
     eprintln!("{mounted} mounted in the attacker's directory, {refused} refused");
 }
 
-/// A process stopped (SIGSTOP) until dropped.
-struct Stopped(Resume);
-
-impl Stopped {
-    fn new(pid: rustix::process::Pid) -> Stopped {
-        rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
-        Stopped(Resume(pid))
-    }
+/// Stops `pid` (SIGSTOP) until the guard returned is dropped.
+fn stop(pid: rustix::process::Pid) -> Resume {
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    Resume(pid)
 }
 
 // ---------------------------------------------------------------------------
