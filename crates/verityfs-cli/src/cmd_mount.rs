@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use verityfs::image::{ManifestTrust, Store};
+use verityfs::safe_dir::{open_dir, OpenedDir, PathError};
 use verityfs::signature::Certificate;
 use verityfs::{Error as LibError, ExpectedDigest};
 use verityfs_fuse::{ImageFs, MountOptions};
@@ -268,10 +269,9 @@ impl MountArgs {
             ));
         }
         let (backing, mountpoint) = (PathBuf::from(backing), PathBuf::from(mountpoint));
-        let made_mountpoint = prepare_directories(&backing, &mountpoint, self.create)?;
-        crate::notify::ready_when_mounted(&mountpoint);
-        verityfs_fuse::run(&backing, &mountpoint, self.options)
-            .map_err(|e| mount_error(&e, &mountpoint, made_mountpoint))
+        let dir = prepare_directories(&backing, &mountpoint, self.create)?;
+        notify_when_mounted(&dir);
+        verityfs_fuse::run(&backing, &dir, self.options).map_err(|e| mount_error(&e, &dir))
     }
 
     /// How the image at `location` is read.
@@ -321,12 +321,11 @@ impl MountArgs {
         let name = location.name();
         let fs = ImageFs::open(self.store(location, trust)?, trust, self.options.read)
             .map_err(|e| image_error(e, &name, trust))?;
-        let made_mountpoint = prepare_mountpoint(&mountpoint)?;
-        crate::notify::ready_when_mounted(&mountpoint);
+        let dir = prepare_mountpoint(&mountpoint)?;
+        notify_when_mounted(&dir);
         tracing::info!("image verified: {} entries", fs.entries());
         let name = name.to_string_lossy();
-        verityfs_fuse::run_image(fs, &name, &mountpoint, self.options)
-            .map_err(|e| mount_error(&e, &mountpoint, made_mountpoint))
+        verityfs_fuse::run_image(fs, &name, &dir, self.options).map_err(|e| mount_error(&e, &dir))
     }
 }
 
@@ -334,7 +333,10 @@ impl MountArgs {
 /// that it is not the image `trust` names.
 fn image_error(e: LibError, name: &OsStr, trust: &ManifestTrust) -> Error {
     let mismatch = match (trust, &e) {
-        (ManifestTrust::Digest(_), LibError::Corrupted(_)) => "the image does not match --digest",
+        (
+            ManifestTrust::Digest(_),
+            LibError::Corrupted(_) | LibError::DescriptorTampered { .. },
+        ) => "the image does not match --digest",
         (ManifestTrust::Signed(_), LibError::Signature(_) | LibError::NoSignature) => {
             "the image's manifest is not signed by a --trusted-cert"
         }
@@ -346,19 +348,28 @@ fn image_error(e: LibError, name: &OsStr, trust: &ManifestTrust) -> Error {
     }
 }
 
-/// What a failed mount on `mountpoint` says; it removes the mount point if
-/// it was made for the mount (a refused mount leaves no trace: it may be
-/// inside BACKING).
-fn mount_error(e: &io::Error, mountpoint: &Path, made_mountpoint: bool) -> Error {
-    if made_mountpoint {
-        let _ = std::fs::remove_dir(mountpoint);
+/// Tells systemd when the mount on `dir` is there, if it waits for that.
+fn notify_when_mounted(dir: &OpenedDir) {
+    match dir.path() {
+        Ok(path) => crate::notify::ready_when_mounted(&path),
+        Err(e) => tracing::error!("the mount point's path: {e}"),
+    }
+}
+
+/// What a failed mount on `dir` says; it removes the mount point if it was
+/// made for the mount (a refused mount leaves no trace: it may be inside
+/// BACKING).
+fn mount_error(e: &io::Error, dir: &OpenedDir) -> Error {
+    if let Err(e) = dir.remove_if_made() {
+        tracing::warn!("cannot remove the mount point made for the mount: {e}");
     }
     match crate::fuse_device::problem() {
         // Opening /dev/fuse was what failed.
         Some(device) => {
             let denied = io::Error::from_raw_os_error(libc::EACCES);
             let why = format!("': {}: {device}", crate::output::strerror(&denied));
-            Error::msg(quote("mounting '", mountpoint.as_os_str(), &why))
+            let path = dir.path().unwrap_or_default();
+            Error::msg(quote("mounting '", path.as_os_str(), &why))
         }
         None => Error::msg(e.to_string()),
     }
@@ -366,8 +377,8 @@ fn mount_error(e: &io::Error, mountpoint: &Path, made_mountpoint: bool) -> Error
 
 /// BACKING must be a directory (created with `--create`: a typo must not
 /// serve a new empty directory). A missing MOUNTPOINT is created, as
-/// systemd does for its mounts. Returns whether it was.
-fn prepare_directories(backing: &Path, mountpoint: &Path, create: bool) -> Result<bool> {
+/// systemd does for its mounts. Returns the mount point, opened.
+fn prepare_directories(backing: &Path, mountpoint: &Path, create: bool) -> Result<OpenedDir> {
     let what = quote("backing directory '", backing.as_os_str(), "'");
     match std::fs::metadata(backing) {
         Ok(m) if !m.is_dir() => {
@@ -383,11 +394,14 @@ fn prepare_directories(backing: &Path, mountpoint: &Path, create: bool) -> Resul
     prepare_mountpoint(mountpoint)
 }
 
-/// Creates MOUNTPOINT if missing; returns whether it did.
-fn prepare_mountpoint(mountpoint: &Path) -> Result<bool> {
-    let made_mountpoint = matches!(mountpoint.try_exists(), Ok(false));
-    create_dir(mountpoint)?;
-    Ok(made_mountpoint)
+/// Opens MOUNTPOINT, created if missing, without being redirected by
+/// symbolic links that others control (see `verityfs::safe_dir`): the
+/// mount is made on this directory, whatever happens to the path.
+fn prepare_mountpoint(mountpoint: &Path) -> Result<OpenedDir> {
+    open_dir(mountpoint, Some(0o777)).map_err(|e| match PathError::errno_of(&e) {
+        Some(_) => Error::msg(format!("mount point {e}")),
+        None => Error::io(quote("mount point '", mountpoint.as_os_str(), "'"), &e),
+    })
 }
 
 fn create_dir(dir: &Path) -> Result<()> {

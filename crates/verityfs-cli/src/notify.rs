@@ -15,18 +15,13 @@ use std::time::Duration;
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
 /// If systemd waits for readiness (`NOTIFY_SOCKET` is set), starts a thread
-/// that sends `READY=1` as soon as a new mount appears on `mountpoint`
-/// (which must exist). Does nothing otherwise.
+/// that sends `READY=1` as soon as a new mount appears on `mountpoint` (a
+/// canonical path). Does nothing otherwise.
 pub fn ready_when_mounted(mountpoint: &Path) {
     let Some(socket) = std::env::var_os("NOTIFY_SOCKET") else {
         return;
     };
-    // Resolved before the mount: afterwards, looking at the path would be
-    // a request to the filesystem this process has yet to serve.
-    let target = match std::fs::canonicalize(mountpoint) {
-        Ok(target) => mountinfo_escape(&target),
-        Err(e) => return tracing::error!("{}: {e}", mountpoint.display()),
-    };
+    let target = mountinfo_escape(mountpoint);
     let before = mounts_on(&target);
     let spawned = std::thread::Builder::new()
         .name("sd-notify".into())

@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::fs::{self, OpenOptions, Permissions};
+use std::fs::{self, File, OpenOptions, Permissions};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
@@ -188,6 +188,27 @@ fn a_damaged_object_fails_its_block_only() {
     flip_byte(&image.object_of("big"), damaged);
     let mount = image.mount(&[]);
     assert_damaged_block_only(&mount, &image.src, damaged);
+}
+
+/// A descriptor that is not even valid (its version byte changed) must
+/// have the digest the manifest gives, so it is tampering: `EIO` at open,
+/// as for any other changed byte (a local verity file's gets `EINVAL`).
+#[test]
+fn a_garbled_descriptor_fails_its_file_with_eio() {
+    let image = Image::publish(BIG_SIZE);
+    let object = image.object_of("big");
+    // An object ends with its 256-byte descriptor.
+    let descriptor = fs::metadata(&object).unwrap().len() - 256;
+    flip_byte(&object, descriptor);
+    let mount = image.mount(&[]);
+    assert_errno(File::open(mount.path("big")), libc::EIO, "open");
+    let deep = fs::read(mount.path("a/b/c/deep")).unwrap();
+    assert_eq!(deep, b"deep\n", "other files are fine");
+    assert!(
+        mount.log().contains("descriptor tampered with"),
+        "{}",
+        mount.log()
+    );
 }
 
 #[test]

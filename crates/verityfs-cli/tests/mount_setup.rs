@@ -1,17 +1,18 @@
 //! How `verityfs mount` treats its operands, its mount options and how it
 //! stops: layouts that would deadlock the daemon (a mount point its own
-//! lookups reach), a BACKING that does not exist, a mount point that
-//! already is a verityfs mount, messages of failures that are not the
-//! user's fault, the mount's type and source, the usual mount options, and
-//! `mount -o remount,ro`.
+//! lookups reach), mount points others could redirect (a symbolic link,
+//! another user's link on the path, a link swapped in while mounting), a
+//! BACKING that does not exist, a mount point that already is a verityfs
+//! mount, messages of failures that are not the user's fault, the mount's
+//! type and source, the usual mount options, and `mount -o remount,ro`.
 
 mod common;
 
-use std::fs;
-use std::os::unix::fs::symlink;
+use std::fs::{self, Permissions};
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -201,6 +202,291 @@ fn a_hung_mount_under_backing_does_not_hang_the_check() {
     }
     run_ok(Command::new("umount").arg(&mnt));
     assert!(wait_for(&mut daemon.0, EXIT_TIMEOUT).is_some_and(|s| s.success()));
+}
+
+// ---------------------------------------------------------------------------
+// Mount points others could redirect
+// ---------------------------------------------------------------------------
+
+/// A uid no account has: the owner of links no one trusts.
+const STRANGER: u32 = 12345;
+
+/// A fresh temporary directory every user may enter, holding a backing
+/// directory `b` that belongs to `nobody`.
+fn open_base() -> (tempfile::TempDir, PathBuf) {
+    let (dir, base) = temp_dir();
+    fs::set_permissions(&base, Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir(base.join("b")).unwrap();
+    std::os::unix::fs::chown(base.join("b"), Some(NOBODY), Some(NOBODY)).unwrap();
+    (dir, base)
+}
+
+/// A command run as `nobody`, without supplementary groups.
+fn as_nobody(program: &str) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={NOBODY}"))
+        .arg(format!("--regid={NOBODY}"))
+        .arg("--clear-groups")
+        .arg(program);
+    cmd
+}
+
+/// Gives the symbolic link `link` (not what it points to) to `uid`.
+fn give_link(link: &Path, uid: u32) {
+    let uid = rustix::process::Uid::from_raw(uid);
+    let flags = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
+    rustix::fs::chownat(rustix::fs::CWD, link, Some(uid), None, flags).unwrap();
+}
+
+/// Where the mounts of the backing directory `source` are, as
+/// `/proc/PID/mountinfo` (`self` or a process id) shows them.
+fn mounts_of(pid: &str, source: &Path) -> Vec<PathBuf> {
+    let info = fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+    let source = source.to_str().unwrap();
+    info.lines()
+        .filter(|l| l.split(" - ").nth(1).and_then(|fs| fs.split(' ').nth(1)) == Some(source))
+        .map(|l| PathBuf::from(l.split(' ').nth(4).unwrap()))
+        .collect()
+}
+
+/// Starts `cmd` (a `verityfs mount`) and waits until `/proc/PID/mountinfo`
+/// of the process shows its backing directory `source` mounted on `shown`.
+fn mounted(cmd: &mut Command, source: &Path, shown: &Path) -> Spawned {
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut daemon = Spawned::new(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap()),
+    );
+    let pid = daemon.pid().as_raw_nonzero().to_string();
+    let deadline = Instant::now() + MOUNT_TIMEOUT;
+    while !mounts_of(&pid, source).iter().any(|p| p == shown) {
+        if let Some(status) = daemon.0.try_wait().unwrap() {
+            let stderr = fs::read_to_string(log.path()).unwrap();
+            panic!(
+                "exited ({status}) without mounting on {}: {stderr}",
+                shown.display()
+            );
+        }
+        assert!(Instant::now() < deadline, "no mount on {}", shown.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    daemon
+}
+
+/// `verityfs mount BACKING MNT`.
+fn verityfs_mount(backing: &Path, mnt: &Path) -> Command {
+    let mut cmd = Command::new(VERITYFS);
+    cmd.arg("mount").arg(backing).arg(mnt);
+    cmd
+}
+
+/// Unmounts `shown` and checks that the daemon ends cleanly.
+fn unmount(mut daemon: Spawned, shown: &Path) {
+    run_ok(Command::new("umount").arg(shown));
+    let status = wait_for(&mut daemon.0, EXIT_TIMEOUT).expect("daemon exit");
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn a_symlink_as_mount_point_is_refused() {
+    let (_dir, base) = open_base();
+    let target = base.join("target");
+    fs::create_dir(&target).unwrap();
+    // Even root's own: the mount would not be where it was asked for.
+    symlink(&target, base.join("link")).unwrap();
+    for mnt in ["link", "link/"] {
+        let args = [Path::new("b"), Path::new(mnt)];
+        let err = assert_mount_refused(&base, &args, &[], &target);
+        let want = format!("mount point '{mnt}' is a symbolic link, not followed");
+        assert!(err.contains(&want), "{err}");
+    }
+    assert_eq!(fs::read_dir(&target).unwrap().count(), 0);
+}
+
+#[test]
+fn a_path_through_another_user_s_symlink_is_refused() {
+    let (_dir, base) = open_base();
+    let (victim, attacker) = (base.join("victim"), base.join("attacker"));
+    fs::create_dir(&victim).unwrap();
+    fs::create_dir(&attacker).unwrap();
+    std::os::unix::fs::chown(&attacker, Some(NOBODY), Some(NOBODY)).unwrap();
+    // In a directory of its own, nobody links to a directory of root's.
+    let link = attacker.join("link");
+    run_ok(as_nobody("ln").arg("-s").arg(&victim).arg(&link));
+    for (mnt, victim_mnt) in [
+        (link.join("mnt"), victim.join("mnt")),
+        (link.join("new/mnt"), victim.join("new/mnt")),
+    ] {
+        let err = assert_mount_refused(&base, &[&base.join("b"), &mnt], &[], &victim_mnt);
+        let want = format!(
+            "'{}' is a symbolic link of uid {NOBODY}, not followed (only links of root's are)",
+            link.display()
+        );
+        assert!(err.contains(&want), "{err}");
+    }
+    assert_eq!(mounts_on(&victim), 0);
+    assert_eq!(
+        fs::read_dir(&victim).unwrap().count(),
+        0,
+        "something was made in the victim's directory"
+    );
+}
+
+#[test]
+fn root_s_links_on_the_path_are_followed_and_missing_directories_made() {
+    let (_dir, base) = open_base();
+    // As /var/run -> /run.
+    fs::create_dir(base.join("run")).unwrap();
+    symlink("run", base.join("var-run")).unwrap();
+    let backing = base.join("b");
+    let shown = base.join("run/new/a/mnt");
+    let mnt = base.join("var-run/new/a/mnt");
+    let daemon = mounted(&mut verityfs_mount(&backing, &mnt), &backing, &shown);
+    fs::write(shown.join("f"), b"x").unwrap();
+    assert_eq!(fs::read(backing.join("f")).unwrap(), b"x");
+    unmount(daemon, &shown);
+    for made in ["run/new", "run/new/a", "run/new/a/mnt"] {
+        let m = fs::symlink_metadata(base.join(made)).unwrap();
+        assert!(m.is_dir() && m.uid() == 0, "{made}: {m:?}");
+    }
+}
+
+#[test]
+fn an_unprivileged_daemon_follows_its_own_links_and_root_s_only() {
+    let (_dir, base) = open_base();
+    let (backing, home) = (base.join("b"), base.join("home"));
+    fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
+    run_ok(as_nobody("mkdir").arg(home.join("real")));
+    run_ok(as_nobody("ln").arg("-s").arg("real").arg(home.join("mine")));
+    symlink(home.join("real"), base.join("foreign")).unwrap();
+    give_link(&base.join("foreign"), STRANGER);
+    symlink(&home, base.join("roots")).unwrap();
+
+    // Mounted by fusermount3: in a mount namespace of its own, where
+    // /dev/fuse is a node nobody may open (whatever this machine's mode).
+    let script = format!(
+        "set -e; mknod {dev} c 10 229; chmod 0666 {dev}; mount --bind {dev} /dev/fuse; \
+         exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups {VERITYFS} mount {b} {m}",
+        dev = base.join("fuse").display(),
+        b = backing.display(),
+        m = base.join("roots/mine/new/mnt").display(),
+    );
+    let mut unshared = Command::new("unshare");
+    unshared
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(&script);
+    let shown = home.join("real/new/mnt");
+    let daemon = mounted(&mut unshared, &backing, &shown);
+    // Its mount namespace ends with it.
+    drop(daemon);
+    let m = fs::metadata(&shown).unwrap();
+    assert_eq!(m.uid(), NOBODY, "made by nobody");
+
+    let out = run(as_nobody(VERITYFS)
+        .arg("mount")
+        .arg(&backing)
+        .arg(base.join("foreign/other")));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let want = format!("is a symbolic link of uid {STRANGER}, not followed (only links of root's or uid {NOBODY}'s are)");
+    assert!(stderr.contains(&want), "{stderr}");
+    assert!(!home.join("real/other").exists());
+}
+
+/// Swaps DIR/mnt for a symbolic link to VICTIM and back, as fast as it
+/// can, until killed.
+const SWAPPER: &str = "\
+import os, sys
+d, victim = sys.argv[1], sys.argv[2]
+mnt, aside = os.path.join(d, 'mnt'), os.path.join(d, 'aside')
+steps = [lambda: os.rename(mnt, aside), lambda: os.symlink(victim, mnt),
+         lambda: os.unlink(mnt), lambda: os.rename(aside, mnt)]
+while True:
+    for step in steps:
+        try:
+            step()
+        except OSError:
+            pass
+";
+
+/// How many mounts race with the swapper.
+const RACING_MOUNTS: usize = 30;
+
+#[test]
+fn a_mount_point_swapped_for_a_link_meanwhile_is_never_followed() {
+    let (_dir, base) = open_base();
+    let (victim, attacker) = (base.join("victim"), base.join("attacker"));
+    let backing = base.join("b");
+    fs::create_dir(&victim).unwrap();
+    fs::create_dir(&attacker).unwrap();
+    std::os::unix::fs::chown(&attacker, Some(NOBODY), Some(NOBODY)).unwrap();
+    run_ok(as_nobody("mkdir").arg(attacker.join("mnt")));
+    // The system's python3: nobody may not run another.
+    let mut swapper = Spawned::new(
+        as_nobody("/usr/bin/python3")
+            .args(["-c", SWAPPER])
+            .arg(&attacker)
+            .arg(&victim),
+    );
+    let deadline = Instant::now() + MOUNT_TIMEOUT;
+    while !fs::symlink_metadata(attacker.join("mnt")).is_ok_and(|m| m.is_symlink()) {
+        let exited = swapper.0.try_wait().unwrap();
+        assert!(exited.is_none(), "the swapper exited: {exited:?}");
+        assert!(Instant::now() < deadline, "the swapper does not swap");
+    }
+    let (mut mounted, mut refused) = (0, 0);
+    for _ in 0..RACING_MOUNTS {
+        let mut daemon = Spawned::new(
+            verityfs_mount(&backing, &attacker.join("mnt"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        );
+        let deadline = Instant::now() + MOUNT_TIMEOUT;
+        let points = loop {
+            let points = mounts_of("self", &backing);
+            if !points.is_empty() {
+                break points;
+            }
+            if daemon.0.try_wait().unwrap().is_some() {
+                break points;
+            }
+            assert!(Instant::now() < deadline, "neither mounted nor refused");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        if points.is_empty() {
+            refused += 1;
+            continue;
+        }
+        mounted += 1;
+        // Taken down wherever it is (the swapper may have moved it since),
+        // before anything is asserted.
+        let stopped = stop(swapper.pid());
+        let points = mounts_of("self", &backing);
+        for point in &points {
+            let flags = rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW;
+            let unmounted = rustix::mount::unmount(point, flags);
+            assert!(unmounted.is_ok(), "{}: {unmounted:?}", point.display());
+        }
+        drop((stopped, daemon));
+        for point in points {
+            assert!(
+                point.starts_with(&attacker),
+                "mounted outside the attacker's directory: {}",
+                point.display()
+            );
+        }
+    }
+    assert_eq!(fs::read_dir(&victim).unwrap().count(), 0);
+    eprintln!("{mounted} mounted in the attacker's directory, {refused} refused");
+}
+
+/// Stops `pid` (SIGSTOP) until the guard returned is dropped.
+fn stop(pid: rustix::process::Pid) -> Resume {
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    Resume(pid)
 }
 
 // ---------------------------------------------------------------------------

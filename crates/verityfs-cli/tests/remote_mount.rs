@@ -474,6 +474,9 @@ fn flipped_bytes_give_eio_and_are_not_sticky() {
     let descriptor = (served.source(small).len() as u64).next_multiple_of(TREE_ALIGN);
     proxy.set(flip_at(descriptor + 20));
     assert_eio(read_all(&mount.path(small)), "a descriptor");
+    // Its version byte: no longer a descriptor at all, tampering too.
+    proxy.set(flip_at(descriptor));
+    assert_eio(read_all(&mount.path(small)), "a garbled descriptor");
     proxy.set(Faults::default());
     assert_bytes(read_all(&mount.path(small)), &served.source(small), "small");
 
@@ -597,6 +600,31 @@ fn a_cache_dir_of_another_user_or_writable_by_others_is_refused_at_mount() {
     assert_eq!(fs::read_dir(&theirs).unwrap().count(), 0);
     assert_eq!(fs::read_dir(&open).unwrap().count(), 0);
     println!("refused: {}", stderr.trim_end());
+}
+
+/// A user who owns a directory on the way cannot send root's cache into
+/// a directory of root's through a link of theirs (the directory made
+/// there would belong to root and pass the checks).
+#[test]
+fn a_cache_dir_through_another_user_s_symlink_is_refused_at_mount() {
+    let served = Served::new(1 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let (victim, attacker) = (dir.path().join("victim"), dir.path().join("attacker"));
+    fs::create_dir(&victim).unwrap();
+    fs::create_dir(&attacker).unwrap();
+    std::os::unix::fs::chown(&attacker, Some(NOBODY), Some(NOBODY)).unwrap();
+    let link = attacker.join("link");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(NOBODY), Some(NOBODY)).unwrap();
+    let cache = link.join("cache");
+    let stderr = mount_fails(&served, &[&format!("--cache-dir={}", cache.display())]);
+    let want = format!(
+        "cache directory '{}': '{}' is a symbolic link of uid {NOBODY}, not followed",
+        cache.display(),
+        link.display()
+    );
+    assert!(stderr.contains(&want), "{stderr}");
+    assert_eq!(fs::read_dir(&victim).unwrap().count(), 0);
 }
 
 #[test]

@@ -18,6 +18,7 @@ mod attr;
 mod caller;
 mod creds;
 mod dir_ops;
+mod direct_mount;
 mod file_ops;
 mod filesystem;
 mod fs;

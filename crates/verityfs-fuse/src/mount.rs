@@ -11,7 +11,9 @@ use fuser::{
 };
 
 use rustix::mount::{unmount, UnmountFlags};
+use verityfs::safe_dir::{open_dir, OpenedDir};
 
+use crate::direct_mount;
 use crate::fs::{MountOptions, VerityFs};
 use crate::image_fs::ImageFs;
 use crate::invalidate::Invalidator;
@@ -254,17 +256,30 @@ fn fuse_config(fsname: &str, options: &MountOptions, forced: &[&str]) -> Config 
     config
 }
 
-/// The canonical paths of `backing` and `mountpoint`, checked for a layout
-/// that can be served (see `placement`).
-fn prepare(backing: &Path, mountpoint: &Path) -> io::Result<(PathBuf, PathBuf)> {
-    let (backing, mountpoint) = (canonical(backing)?, canonical(mountpoint)?);
-    crate::placement::check(&backing, &mountpoint)?;
-    Ok((backing, mountpoint))
+/// A mount point, resolved once: the directory mounted on, and its path
+/// as the mount table will show it.
+struct Target<'a> {
+    dir: &'a OpenedDir,
+    path: PathBuf,
 }
 
-fn canonical(path: &Path) -> io::Result<PathBuf> {
-    std::fs::canonicalize(path)
-        .map_err(|e| io::Error::new(e.kind(), format!("'{}': {e}", path.display())))
+impl<'a> Target<'a> {
+    fn new(dir: &'a OpenedDir) -> io::Result<Self> {
+        Ok(Target {
+            path: dir.path()?,
+            dir,
+        })
+    }
+}
+
+/// The canonical path of `backing` and the mount point `dir`, checked for
+/// a layout that can be served (see `placement`).
+fn prepare<'a>(backing: &Path, dir: &'a OpenedDir) -> io::Result<(PathBuf, Target<'a>)> {
+    let backing = std::fs::canonicalize(backing)
+        .map_err(|e| io::Error::new(e.kind(), format!("'{}': {e}", backing.display())))?;
+    let target = Target::new(dir)?;
+    crate::placement::check(&backing, &target.path, dir.fd())?;
+    Ok((backing, target))
 }
 
 /// The options of an image mount: read-only, whatever was asked.
@@ -275,18 +290,28 @@ fn image_options(options: MountOptions) -> MountOptions {
     }
 }
 
-/// Mounts `fs` named `fsname` on `mountpoint`, and tells it so.
+/// Mounts `fs` named `fsname` on `target`, and tells it so. The mount is
+/// made on the target's descriptor ([`direct_mount`]); where that takes
+/// `fusermount3`, fuser runs it on the target's path, which `fusermount3`
+/// resolves again with the rights of the user who mounts (refusing a
+/// final symbolic link, and mounting on the directory it changed into).
 fn new_session<FS: Mountable>(
     fs: FS,
     fsname: &str,
-    mountpoint: &Path,
+    target: &Target,
     options: &MountOptions,
     forced: &[&str],
 ) -> io::Result<Session<FS>> {
     let state = fs.mount_state();
     let invalidator = fs.invalidator();
     let config = fuse_config(fsname, options, forced);
-    let mut session = Session::new(fs, mountpoint, &config).map_err(|e| {
+    let mountpoint = &target.path;
+    let session = match direct_mount::mount(target.dir, &config) {
+        Ok(Some(device)) => Session::from_fd(fs, device, config.acl, config),
+        Ok(None) => Session::new(fs, mountpoint, &config),
+        Err(e) => Err(e),
+    };
+    let mut session = session.map_err(|e| {
         io::Error::new(
             e.kind(),
             format!("mounting on '{}': {e}", mountpoint.display()),
@@ -300,40 +325,42 @@ fn new_session<FS: Mountable>(
     Ok(session)
 }
 
-/// Mounts a verityfs of `backing` on `mountpoint` and serves it until it is
+/// Mounts a verityfs of `backing` on the directory `mountpoint` (opened
+/// with [`verityfs::safe_dir::open_dir`]) and serves it until it is
 /// unmounted (`umount`, `fusermount3 -u`) or the process gets SIGINT or
 /// SIGTERM, which unmount it cleanly.
-pub fn run(backing: &Path, mountpoint: &Path, options: MountOptions) -> io::Result<()> {
+pub fn run(backing: &Path, mountpoint: &OpenedDir, options: MountOptions) -> io::Result<()> {
     // Messages about the backing directory name it as the user did.
     let fs = VerityFs::new(backing, options.clone())?;
-    let (backing, mountpoint) = prepare(backing, mountpoint)?;
+    let (backing, target) = prepare(backing, mountpoint)?;
     let fsname = backing.display().to_string();
-    serve(fs, &fsname, &mountpoint, &options, &[])
+    serve(fs, &fsname, &target, &options, &[])
 }
 
 /// Mounts the image `fs`, named `name` (its location as given), read-only
-/// on `mountpoint`, and serves it as [`run`] does.
+/// on the directory `mountpoint`, and serves it as [`run`] does.
 pub fn run_image(
     fs: ImageFs,
     name: &str,
-    mountpoint: &Path,
+    mountpoint: &OpenedDir,
     options: MountOptions,
 ) -> io::Result<()> {
-    let mountpoint = canonical(mountpoint)?;
-    serve(fs, name, &mountpoint, &image_options(options), IMAGE_FORCED)
+    let target = Target::new(mountpoint)?;
+    serve(fs, name, &target, &image_options(options), IMAGE_FORCED)
 }
 
 /// Mounts `fs` and serves it until unmounted or signalled.
 fn serve<FS: Mountable>(
     fs: FS,
     fsname: &str,
-    mountpoint: &Path,
+    target: &Target,
     options: &MountOptions,
     forced: &[&str],
 ) -> io::Result<()> {
     // Modes from the kernel are already masked with the caller's umask.
     rustix::process::umask(rustix::fs::Mode::empty());
-    let session = new_session(fs, fsname, mountpoint, options, forced)?;
+    let session = new_session(fs, fsname, target, options, forced)?;
+    let mountpoint = &target.path;
     // Unmounted by name only while the name leads to our mount, never
     // through a symlink (fuser's own unmount follows whatever the name
     // leads to: a user owning a parent directory could put another mount
@@ -461,15 +488,17 @@ pub struct BackgroundMount {
 }
 
 impl BackgroundMount {
-    /// Mounts `backing` on `mountpoint` in the background.
+    /// Mounts `backing` on the directory `mountpoint` (which must exist;
+    /// opened with [`verityfs::safe_dir::open_dir`]) in the background.
     pub fn spawn(backing: &Path, mountpoint: &Path, options: MountOptions) -> io::Result<Self> {
         let fs = VerityFs::new(backing, options.clone())?;
-        let (backing, mountpoint) = prepare(backing, mountpoint)?;
+        let dir = open_dir(mountpoint, None)?;
+        let (backing, target) = prepare(backing, &dir)?;
         let fsname = backing.display().to_string();
-        let session = new_session(fs, &fsname, &mountpoint, &options, &[])?.spawn()?;
+        let session = new_session(fs, &fsname, &target, &options, &[])?.spawn()?;
         Ok(BackgroundMount {
             session: Some(session),
-            ours: OurMount::at(&mountpoint),
+            ours: OurMount::at(&target.path),
         })
     }
 
@@ -481,12 +510,13 @@ impl BackgroundMount {
         mountpoint: &Path,
         options: MountOptions,
     ) -> io::Result<Self> {
-        let mountpoint = canonical(mountpoint)?;
+        let dir = open_dir(mountpoint, None)?;
+        let target = Target::new(&dir)?;
         let options = image_options(options);
-        let session = new_session(fs, name, &mountpoint, &options, IMAGE_FORCED)?.spawn()?;
+        let session = new_session(fs, name, &target, &options, IMAGE_FORCED)?.spawn()?;
         Ok(BackgroundMount {
             session: Some(session),
-            ours: OurMount::at(&mountpoint),
+            ours: OurMount::at(&target.path),
         })
     }
 

@@ -17,10 +17,10 @@ use crate::mountinfo::{mount_on, mounts};
 /// The filesystem type our mounts show in `/proc/mounts`.
 pub const FSTYPE: &str = "fuse.verityfs";
 
-/// Checks that `mountpoint` (canonical) can take a mount of the directory
-/// `backing` (canonical): it is neither the backing directory nor inside
-/// it, and not already a verityfs mount.
-pub fn check(backing: &Path, mountpoint: &Path) -> io::Result<()> {
+/// Checks that the directory `dir`, whose canonical path is `mountpoint`,
+/// can take a mount of the directory `backing` (canonical): it is neither
+/// the backing directory nor inside it, and not already a verityfs mount.
+pub fn check(backing: &Path, mountpoint: &Path, dir: &OwnedFd) -> io::Result<()> {
     // First, from the mount table only: a hung mount there must not hang
     // us too.
     if let Some(mount) = mount_on(mountpoint)? {
@@ -35,8 +35,8 @@ pub fn check(backing: &Path, mountpoint: &Path) -> io::Result<()> {
         }
     }
     let reachable = reachable_roots(backing)?;
-    for dir in ancestry(mountpoint)? {
-        if reachable.contains(&dir) {
+    for key in ancestry(dir)? {
+        if reachable.contains(&key) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
@@ -91,16 +91,15 @@ fn reachable_roots(backing: &Path) -> io::Result<Vec<Key>> {
 
 /// `dir` and every directory above it, following `..` (which crosses mount
 /// points as lookups do) up to the root.
-fn ancestry(dir: &Path) -> io::Result<Vec<Key>> {
-    let mut fd = open_dir(None, dir)?;
-    let mut keys = vec![key(&fd)?];
+fn ancestry(dir: &OwnedFd) -> io::Result<Vec<Key>> {
+    let mut keys = vec![key(dir)?];
+    let mut fd = open_dir(Some(dir), Path::new(".."))?;
     loop {
-        let parent = open_dir(Some(&fd), Path::new(".."))?;
-        let parent_key = key(&parent)?;
-        if keys.last() == Some(&parent_key) {
+        let fd_key = key(&fd)?;
+        if keys.last() == Some(&fd_key) {
             return Ok(keys);
         }
-        keys.push(parent_key);
-        fd = parent;
+        keys.push(fd_key);
+        fd = open_dir(Some(&fd), Path::new(".."))?;
     }
 }

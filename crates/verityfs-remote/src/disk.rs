@@ -32,7 +32,7 @@ use std::fs::File;
 use std::io;
 use std::ops::Range;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, FileExt};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -40,6 +40,7 @@ use std::time::{Duration, SystemTime};
 
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags, Stat};
 use rustix::io::Errno;
+use verityfs::safe_dir::{open_dir, PathError};
 
 /// The granularity of the map.
 const BLOCK: u64 = 4096;
@@ -158,25 +159,22 @@ struct Entry {
 impl DiskCache {
     /// The cache in `dir` (created if missing, mode 0700), at most `max`
     /// bytes. The directory must belong to the daemon's user and be
-    /// writable by no one else.
+    /// writable by no one else; no symbolic link on its path is followed
+    /// unless it belongs to root or that user, and the last component
+    /// never.
     pub(crate) fn open(dir: &Path, max: u64) -> io::Result<Arc<Self>> {
         let refuse = |kind, why: String| {
             io::Error::new(kind, format!("cache directory {}: {why}", dir.display()))
         };
-        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-                return Err(refuse(e.kind(), e.to_string()))
-            }
-            _ => {}
-        }
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::open(dir, flags, Mode::empty()).map_err(|e| match e {
-            Errno::LOOP | Errno::NOTDIR => refuse(
-                io::ErrorKind::InvalidInput,
-                "not a directory (a symlink is not followed)".into(),
-            ),
-            e => refuse(io::Error::from(e).kind(), e.to_string()),
-        })?;
+        // Not through a final symlink, nor through another user's link on
+        // the way (see `verityfs::safe_dir`).
+        let fd = match open_dir(dir, Some(0o700)) {
+            Ok(opened) => opened.into_fd(),
+            Err(e) => match PathError::errno_of(&e) {
+                Some(_) => return Err(io::Error::new(e.kind(), format!("cache directory {e}"))),
+                None => return Err(refuse(e.kind(), e.to_string())),
+            },
+        };
         let st = rustix::fs::fstat(&fd)?;
         let owner = rustix::process::geteuid().as_raw();
         if st.st_uid != owner {
@@ -888,6 +886,30 @@ mod tests {
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&cache, &link).unwrap();
         let e = DiskCache::open(&link, 1 << 30).err().unwrap();
-        assert!(e.to_string().contains("not a directory"), "{e}");
+        assert!(
+            e.to_string().contains("is a symbolic link, not followed"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_path_through_another_user_s_symlink_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let nobody = rustix::fs::Uid::from_raw(65534);
+        rustix::fs::chownat(
+            rustix::fs::CWD,
+            &link,
+            Some(nobody),
+            None,
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .expect("giving a link to another user (the tests run as root)");
+        let e = DiskCache::open(&link.join("cache"), 1 << 30).err().unwrap();
+        assert!(e.to_string().contains("symbolic link of uid 65534"), "{e}");
+        assert!(!victim.join("cache").exists());
     }
 }

@@ -87,6 +87,18 @@ pub enum Error {
     /// Data or a tree block does not match the hash it must have.
     #[error("{0}")]
     Corrupted(Box<Corruption>),
+    /// A descriptor that must hash to a trusted digest (an image's object,
+    /// or its manifest trusted by digest) but is not even a valid
+    /// descriptor, or does not agree with the sizes trusted for it: its
+    /// bytes were changed, which reads fail with `EIO` like any other
+    /// tampered byte.
+    #[error("{}: fs-verity descriptor tampered with (it must have a trusted digest): {source}", file.display())]
+    DescriptorTampered {
+        /// The file (as named when it was opened).
+        file: PathBuf,
+        /// What is wrong with it.
+        source: Box<Error>,
+    },
     /// The backing file ends before the metadata its location record names.
     #[error("verity metadata is truncated")]
     MetadataTruncated,
@@ -126,9 +138,10 @@ impl Error {
                 libc::EMSGSIZE
             }
             Error::TooManyLevels { .. } | Error::FileTooLarge(_) => libc::EFBIG,
-            Error::UnexpectedEof { .. } | Error::Corrupted(_) | Error::MetadataTruncated => {
-                libc::EIO
-            }
+            Error::UnexpectedEof { .. }
+            | Error::Corrupted(_)
+            | Error::DescriptorTampered { .. }
+            | Error::MetadataTruncated => libc::EIO,
             Error::AlreadyVerity => libc::EEXIST,
             Error::NotVerity | Error::NoSignature => libc::ENODATA,
             Error::Interrupted => libc::EINTR,

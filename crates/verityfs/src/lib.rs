@@ -78,6 +78,7 @@ pub mod params;
 mod read_metadata;
 mod reader;
 // Public for its benchmark (`benches/sha256_mb.rs`) only.
+pub mod safe_dir;
 #[doc(hidden)]
 #[allow(unsafe_code)]
 pub mod sha256_mb;

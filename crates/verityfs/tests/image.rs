@@ -306,6 +306,30 @@ fn tampered_object_is_refused() {
     assert_eq!(err.errno(), libc::EIO, "{err}");
 }
 
+/// A descriptor made invalid (its version byte), in an object or in a
+/// manifest trusted by its digest: not a descriptor with the trusted
+/// digest, so tampering (`EIO`), not the `EINVAL` of a local verity file's
+/// invalid descriptor.
+#[test]
+fn a_garbled_descriptor_is_tampering() {
+    let image = Image::new(&MerkleTreeParams::default());
+    let manifest = image.manifest().unwrap();
+    let object = *regular(&manifest, "big.bin");
+    let path = image.dest.join(object.path(manifest.algorithm()));
+    common::flip(&path, object.location.desc_pos);
+    let tampered = |result: verityfs::Result<_>, what: &str| match result {
+        Err(e @ Error::DescriptorTampered { .. }) => assert_eq!(e.errno(), libc::EIO, "{what}"),
+        Err(e) => panic!("{what}: {e} instead of tampering"),
+        Ok(_) => panic!("{what}: accepted"),
+    };
+    tampered(image.open(&manifest, "big.bin").map(drop), "object");
+    let path = image.dest.join(MANIFEST_NAME);
+    let len = fs::metadata(&path).unwrap().len();
+    // The manifest's descriptor ends where its 48-byte record begins.
+    common::flip(&path, len - 48 - 256);
+    tampered(image.manifest().map(drop), "manifest");
+}
+
 /// A valid manifest of the root and `names` under it.
 fn small_manifest(names: &[&str]) -> Vec<u8> {
     let dir = |parent, name: &str| Entry {

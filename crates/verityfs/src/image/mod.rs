@@ -76,7 +76,8 @@ impl FileObject {
 ///
 /// The object ends with its location record (untrusted, it only says where
 /// to look); the descriptor it points to must hash to the trusted digest,
-/// else [`Error::Corrupted`], or carry a signature of its digest by a
+/// else [`Error::Corrupted`] ([`Error::DescriptorTampered`] if it is not
+/// a valid descriptor at all), or carry a signature of its digest by a
 /// trusted certificate, else [`Error::NoSignature`] or
 /// [`Error::Signature`]; every byte of the manifest is then verified as it
 /// is read. A manifest that verifies but breaks the encoding's rules is
@@ -95,7 +96,10 @@ pub fn open_manifest(
         located => located.map_err(|(e, _)| e)?,
     };
     let name = Path::new(MANIFEST_NAME);
-    let file = open_checked(verifier, source, location, name, |file| trust.check(file))?;
+    let wanted = trust.wanted();
+    let file = open_checked(verifier, source, location, name, wanted, |file| {
+        trust.check(file)
+    })?;
     if file.data_size() > MAX_MANIFEST_SIZE {
         return Err(Error::FileTooLarge(file.data_size()));
     }
@@ -131,8 +135,10 @@ fn manifest_location(source: &dyn Source) -> std::result::Result<Location, (Erro
 
 /// Opens the object of a regular file (read from `source`) as a verity
 /// file named `name`, checking that its digest is the one the manifest
-/// gives (else [`Error::Corrupted`]): from then on, every byte read is
-/// verified.
+/// gives (else [`Error::Corrupted`], or [`Error::DescriptorTampered`] for
+/// a descriptor that is not even valid: `EIO` either way, where a local
+/// verity file's invalid descriptor is `EINVAL`): from then on, every byte
+/// read is verified.
 pub fn open_object(
     verifier: &Arc<Verifier>,
     alg: HashAlgorithm,
@@ -140,7 +146,8 @@ pub fn open_object(
     source: Arc<dyn Source>,
     name: &Path,
 ) -> Result<VerityFile> {
-    open_checked(verifier, source, object.location, name, |file| {
+    let wanted = Some(object.digest);
+    open_checked(verifier, source, object.location, name, wanted, |file| {
         let ok =
             file.descriptor().params().hash_algorithm() == alg && *file.digest() == object.digest;
         ok.then_some(()).ok_or(Refusal::Wanted(object.digest))
@@ -168,6 +175,15 @@ pub enum ManifestTrust {
 }
 
 impl ManifestTrust {
+    /// The digest the manifest's descriptor must have, if one is given.
+    fn wanted(&self) -> Option<Digest> {
+        match self {
+            ManifestTrust::Digest(expected) => Some(expected.digest()),
+            #[cfg(feature = "openssl")]
+            ManifestTrust::Signed(_) => None,
+        }
+    }
+
     /// Whether `file`, a manifest object, is trusted.
     fn check(&self, file: &VerityFile) -> std::result::Result<(), Refusal> {
         match self {
@@ -190,12 +206,15 @@ impl ManifestTrust {
 
 /// Opens a backing-format object whose metadata is at `location` and
 /// accepts it if `trusted` does (a digest it wanted instead is reported as
-/// a corrupted descriptor; another error as it is).
+/// a corrupted descriptor; another error as it is). If its descriptor must
+/// have the digest `wanted`, one that is not even valid is
+/// [`Error::DescriptorTampered`]: the bytes were changed.
 fn open_checked(
     verifier: &Arc<Verifier>,
     source: Arc<dyn Source>,
     location: Location,
     name: &Path,
+    wanted: Option<Digest>,
     trusted: impl Fn(&VerityFile) -> std::result::Result<(), Refusal>,
 ) -> Result<VerityFile> {
     // Before the descriptor is read, so that a remote source fetches it in
@@ -203,7 +222,7 @@ fn open_checked(
     if let Some((start, len)) = crate::open::open_prefetch(&location, &*source) {
         source.prefetch(start, len);
     }
-    let open = || open_descriptor(verifier, &source, location, name, &trusted);
+    let open = || open_descriptor(verifier, &source, location, name, wanted, &trusted);
     // A descriptor refused may be a copy the source kept, fetched while
     // the storage was bad: it is dropped, so that the next open fetches
     // it again, and if there was one, read and checked once more now.
@@ -225,6 +244,7 @@ fn open_descriptor(
     source: &Arc<dyn Source>,
     location: Location,
     name: &Path,
+    wanted: Option<Digest>,
     trusted: impl Fn(&VerityFile) -> std::result::Result<(), Refusal>,
 ) -> Result<VerityFile> {
     let mut descriptor = vec![0u8; location.desc_size as usize];
@@ -241,7 +261,15 @@ fn open_descriptor(
         location,
         &descriptor,
         name,
-    )?;
+    )
+    .map_err(|e| match e {
+        Error::Io(_) | Error::IoAt { .. } => e,
+        e if wanted.is_some() => Error::DescriptorTampered {
+            file: name.to_owned(),
+            source: Box::new(e),
+        },
+        e => e,
+    })?;
     match trusted(&file) {
         Ok(()) => Ok(file),
         Err(Refusal::Error(e)) => Err(e),
