@@ -7,6 +7,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use fuser::{
@@ -20,11 +21,14 @@ use verityfs::uapi::{
     FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS, FS_IOC_MEASURE_VERITY, FS_IOC_READ_VERITY_METADATA,
     FS_IOC_SETFLAGS,
 };
+use verityfs::VerityFile;
 
 use crate::attr::TTL;
 use crate::caller::Caller;
+use crate::file_ops::read_verified;
 use crate::fs::VerityFs;
 use crate::image_fs::{ImageFs, IMAGE_TTL};
+use crate::readers::Job;
 
 thread_local! {
     /// Each worker thread's read buffer, reused for every request.
@@ -587,6 +591,32 @@ fn xattr_reply(reply: ReplyXattr, size: u32, value: &[u8]) {
     }
 }
 
+/// A read of an image's file, with its reply, handed to the mount's read
+/// workers (`readers`).
+pub(crate) struct ImageRead {
+    file: Arc<VerityFile>,
+    offset: u64,
+    size: u32,
+    reply: ReplyData,
+}
+
+impl Job for ImageRead {
+    /// Reads into `buf`, grown to the request's size if smaller (never
+    /// shrunk: no zeroing again for reads of sizes it has held).
+    fn run(self, buf: &mut Vec<u8>) {
+        let size = self.size as usize;
+        if buf.len() < size {
+            buf.resize(size, 0);
+        }
+        let buf = &mut buf[..size];
+        reply_with!(
+            self.reply,
+            read_verified(&self.file, buf, self.offset),
+            |n| self.reply.data(&buf[..n])
+        );
+    }
+}
+
 /// The reply to every request that would change an image.
 fn read_only() -> Errno {
     Errno::from_i32(libc::EROFS)
@@ -640,11 +670,21 @@ impl Filesystem for ImageFs {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        READ_BUFFER.with_borrow_mut(|buf| {
-            buf.resize(size as usize, 0);
-            reply_with!(reply, self.read_file(ino, offset, buf), |n| reply
-                .data(&buf[..n]))
-        });
+        // Served by a read worker: a read may wait for the network, which
+        // must not hold up the requests the manifest answers.
+        let file = match self.open_file_of(ino) {
+            Ok(file) => file,
+            Err(e) => return reply.error(e),
+        };
+        let read = ImageRead {
+            file,
+            offset,
+            size,
+            reply,
+        };
+        if let Err(read) = self.readers.submit(ino.0, read) {
+            READ_BUFFER.with_borrow_mut(|buf| read.run(buf));
+        }
     }
 
     fn release(

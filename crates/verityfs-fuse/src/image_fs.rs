@@ -27,10 +27,11 @@ use verityfs::uapi::{
 use verityfs::{ReadOptions, Verifier, VerityFile};
 
 use crate::attr::system_time;
-use crate::file_ops::read_verified;
+use crate::filesystem::ImageRead;
 use crate::fs::lib_errno;
 use crate::ioctl::{fsxattr_from_flags, measure_reply};
 use crate::mount::MountState;
+use crate::readers::Readers;
 use crate::xattr_ops::{stats_json, STATS_XATTR};
 
 /// How long the kernel may cache attributes and entries: an image never
@@ -61,6 +62,8 @@ pub struct ImageFs {
     owner: (u32, u32),
     /// The mount, once mounted.
     pub(crate) mount: Arc<MountState>,
+    /// The threads serving reads, which may wait for the network.
+    pub(crate) readers: Readers<ImageRead>,
 }
 
 impl ImageFs {
@@ -85,6 +88,7 @@ impl ImageFs {
                 rustix::process::getegid().as_raw(),
             ),
             mount: Arc::default(),
+            readers: Readers::new(),
         })
     }
 
@@ -241,19 +245,8 @@ impl ImageFs {
         }
     }
 
-    /// Reads from open file `ino` into `buf`, every byte verified (`EIO`
-    /// if one does not).
-    pub(crate) fn read_file(
-        &self,
-        ino: INodeNo,
-        offset: u64,
-        buf: &mut [u8],
-    ) -> Result<usize, Errno> {
-        let file = self.open_file_of(ino)?;
-        read_verified(&file, buf, offset)
-    }
-
-    fn open_file_of(&self, ino: INodeNo) -> Result<Arc<VerityFile>, Errno> {
+    /// The verity file of open file `ino`.
+    pub(crate) fn open_file_of(&self, ino: INodeNo) -> Result<Arc<VerityFile>, Errno> {
         let index = self.index(ino)?;
         let open = self.open_files();
         open.get(&index)
