@@ -18,7 +18,7 @@ mod common;
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::ops::Range;
-use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -396,6 +396,113 @@ fn a_stalled_server_fails_reads_in_time() {
     assert_bytes(read_file_at(&file, a, 4096), block(&big, a), "released");
     assert_bytes(read_all(&mount.path("big")), &big, "all, released");
     println!("EIO after: read {read:?}, stream {stream:?}, open {opened:?}");
+}
+
+/// The `--timeout` of the test of many readers of a stalled file: long
+/// enough that their reads still wait while the rest of the mount is used.
+const LONG_TIMEOUT: u64 = 20;
+/// The readers of the stalled file: many times fuser's threads (4).
+const STALLED_READERS: u64 = 64;
+/// How long what the manifest answers (lookups, listings) and a read of
+/// another file may take while those readers wait.
+const PROMPT: Duration = Duration::from_secs(3);
+
+#[test]
+fn readers_waiting_on_a_stalled_file_leave_the_rest_of_the_mount_serving() {
+    let served = Served::new(BIG_SIZE);
+    let proxy = Proxy::start(served.nginx.addr()).unwrap();
+    let timeout = format!("--timeout={LONG_TIMEOUT}");
+    let mount = served.mount(&proxy.url(), &[&timeout]);
+    let big = served.source("big");
+    // Opened (its tree fetched) before the stall, with O_DIRECT: each read
+    // reaches the daemon. Nothing else is looked up before the stall, so
+    // that the listing below reaches the daemon too, not the kernel's
+    // caches.
+    let path = mount.path("big");
+    let direct = move || {
+        let mut options = File::options();
+        options.read(true).custom_flags(libc::O_DIRECT).open(path)
+    };
+    let file = Arc::new(with_watchdog("open", READ_LIMIT, direct).unwrap());
+    proxy.set(Faults {
+        stall: true,
+        only_path_containing: Some(served.object_uri("big")),
+        ..Faults::default()
+    });
+    let before = proxy.requests();
+    // Blocks before the chunk holding the tree, which the open fetched.
+    let tree_chunk = (BIG_SIZE as u64).next_multiple_of(TREE_ALIGN) / CHUNK * CHUNK;
+    let step = tree_chunk / STALLED_READERS / BLOCK * BLOCK;
+    let readers: Vec<_> = (0..STALLED_READERS)
+        .map(|i| {
+            let file = file.clone();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                let mut buf = vec![0; BLOCK as usize];
+                (file.read_exact_at(&mut buf, i * step), start.elapsed())
+            })
+        })
+        .collect();
+    let waited = Instant::now();
+    while proxy.requests() == before {
+        assert!(waited.elapsed() < READ_LIMIT, "no read reached the server");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Time for the others to reach the daemon.
+    std::thread::sleep(Duration::from_secs(1));
+
+    let start = Instant::now();
+    let mnt = mount.mnt.clone();
+    let listed = with_watchdog("a listing while reads wait", PROMPT, move || listing(&mnt));
+    assert_eq!(listed, listing(&served.image.src));
+    let small = mount.path("a/run.sh");
+    let other = with_watchdog("another file while reads wait", PROMPT, move || {
+        fs::read(small)
+    });
+    assert_bytes(
+        (other, start.elapsed()),
+        &served.source("a/run.sh"),
+        "a/run.sh",
+    );
+    let prompt = start.elapsed();
+    let waiting = readers.iter().filter(|r| !r.is_finished()).count();
+    assert_eq!(
+        waiting as u64, STALLED_READERS,
+        "reads of the stalled file ended"
+    );
+
+    // The timeout, and five seconds.
+    let limit = Duration::from_secs(LONG_TIMEOUT + 5);
+    let ended = with_watchdog("the stalled reads", limit + PROMPT, move || {
+        readers
+            .into_iter()
+            .map(|r| r.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let mut took = Vec::new();
+    for (result, after) in ended {
+        assert_errno(result, libc::EIO, "a read of the stalled file");
+        assert!(
+            after < limit,
+            "a read of the stalled file: EIO after {after:?}"
+        );
+        took.push(after);
+    }
+    proxy.set(Faults::default());
+    let mut block = vec![0; BLOCK as usize];
+    file.read_exact_at(&mut block, step).unwrap();
+    assert!(
+        block[..] == big[step as usize..][..BLOCK as usize],
+        "released"
+    );
+    assert_bytes(read_all(&mount.path("big")), &big, "all, released");
+    println!(
+        "{STALLED_READERS} reads of a stalled file waiting: the tree listed and another \
+         file read in {prompt:?}; the reads failed with EIO after {:?} to {:?} \
+         (--timeout={LONG_TIMEOUT})",
+        took.iter().min().unwrap(),
+        took.iter().max().unwrap()
+    );
 }
 
 #[test]
