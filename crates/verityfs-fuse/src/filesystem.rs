@@ -27,7 +27,7 @@ use crate::attr::TTL;
 use crate::caller::Caller;
 use crate::file_ops::read_verified;
 use crate::fs::VerityFs;
-use crate::image_fs::{ImageFs, IMAGE_TTL};
+use crate::image_fs::{ImageFs, Opening, IMAGE_TTL};
 use crate::readers::Job;
 
 thread_local! {
@@ -591,29 +591,63 @@ fn xattr_reply(reply: ReplyXattr, size: u32, value: &[u8]) {
     }
 }
 
-/// A read of an image's file, with its reply, handed to the mount's read
-/// workers (`readers`).
-pub(crate) struct ImageRead {
-    file: Arc<VerityFile>,
-    offset: u64,
-    size: u32,
-    reply: ReplyData,
+/// What an image's read workers (`readers`) do, with its reply: each
+/// may wait for the network.
+pub(crate) enum ImageJob {
+    /// A read of an open file.
+    Read {
+        file: Arc<VerityFile>,
+        offset: u64,
+        size: u32,
+        reply: ReplyData,
+    },
+    /// A file's first open, which fetches its object's tree.
+    Open {
+        opening: Box<Opening>,
+        reply: ReplyOpen,
+    },
 }
 
-impl Job for ImageRead {
-    /// Reads into `buf`, grown to the request's size if smaller (never
-    /// shrunk: no zeroing again for reads of sizes it has held).
+impl Job for ImageJob {
+    /// A read goes into `buf`, grown to the request's size if smaller
+    /// (never shrunk: no zeroing again for reads of sizes it has held).
     fn run(self, buf: &mut Vec<u8>) {
-        let size = self.size as usize;
-        if buf.len() < size {
-            buf.resize(size, 0);
+        match self {
+            ImageJob::Read {
+                file,
+                offset,
+                size,
+                reply,
+            } => {
+                let size = size as usize;
+                if buf.len() < size {
+                    buf.resize(size, 0);
+                }
+                let buf = &mut buf[..size];
+                reply_with!(reply, read_verified(&file, buf, offset), |n| reply
+                    .data(&buf[..n]));
+            }
+            ImageJob::Open { opening, reply } => {
+                reply_with!(reply, opening.finish(), |()| opened(reply));
+            }
         }
-        let buf = &mut buf[..size];
-        reply_with!(
-            self.reply,
-            read_verified(&self.file, buf, self.offset),
-            |n| self.reply.data(&buf[..n])
-        );
+    }
+}
+
+/// Replies to an open of an image's file.
+fn opened(reply: ReplyOpen) {
+    // The contents never change: the page cache outlives a close.
+    reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
+}
+
+impl ImageFs {
+    /// Hands `job`, on file `ino`, to the read workers: it may wait for the
+    /// network, which must not hold up the requests the manifest answers.
+    /// Run here only if no worker can take it.
+    fn hand_over(&self, ino: INodeNo, job: ImageJob) {
+        if let Err(job) = self.readers.submit(ino.0, job) {
+            READ_BUFFER.with_borrow_mut(|buf| job.run(buf));
+        }
     }
 }
 
@@ -654,9 +688,14 @@ impl Filesystem for ImageFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        // The contents never change: the page cache outlives a close.
-        reply_with!(reply, self.open_file(ino, flags.0), |()| reply
-            .opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE));
+        match self.open_file(ino, flags.0) {
+            Ok(None) => opened(reply),
+            Ok(Some(opening)) => {
+                let opening = Box::new(opening);
+                self.hand_over(ino, ImageJob::Open { opening, reply });
+            }
+            Err(e) => reply.error(e),
+        }
     }
 
     fn read(
@@ -670,20 +709,17 @@ impl Filesystem for ImageFs {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        // Served by a read worker: a read may wait for the network, which
-        // must not hold up the requests the manifest answers.
-        let file = match self.open_file_of(ino) {
-            Ok(file) => file,
-            Err(e) => return reply.error(e),
-        };
-        let read = ImageRead {
-            file,
-            offset,
-            size,
-            reply,
-        };
-        if let Err(read) = self.readers.submit(ino.0, read) {
-            READ_BUFFER.with_borrow_mut(|buf| read.run(buf));
+        match self.open_file_of(ino) {
+            Ok(file) => self.hand_over(
+                ino,
+                ImageJob::Read {
+                    file,
+                    offset,
+                    size,
+                    reply,
+                },
+            ),
+            Err(e) => reply.error(e),
         }
     }
 

@@ -1,13 +1,14 @@
-//! The threads that serve an image's reads, apart from the threads fuser
-//! reads requests with.
+//! The threads that serve an image's reads, and the first opens of its
+//! files, apart from the threads fuser reads requests with.
 //!
-//! A read of a remote image may wait for the network until its deadline
-//! (`--timeout`). Served on one of fuser's few threads, a handful of reads
-//! of a server that stalls would hold all of them, and lookups, `stat`s
-//! and listings, which the manifest in memory answers, would queue behind
-//! them: one hanging object would freeze the mount for every user. So
-//! fuser's threads only hand each read, with its reply, to these workers
-//! and go back to the kernel.
+//! A read of a remote image, or a file's first open (which fetches its
+//! object's tree), may wait for the network until its deadline
+//! (`--timeout`). Served on one of fuser's few threads, a handful of them
+//! on a server that stalls would hold all of those threads, and lookups,
+//! `stat`s and listings, which the manifest in memory answers, would
+//! queue behind them: one hanging object would freeze the mount for every
+//! user. So fuser's threads only hand each of them, with its reply, to
+//! these workers and go back to the kernel. Below, "reads" are both.
 //!
 //! Everything is bounded:
 //! - at most [`MAX_WORKERS`] threads, started as reads come and ended after
@@ -45,7 +46,7 @@ const MAX_WAITING: usize = 4096;
 /// buffer).
 const IDLE: Duration = Duration::from_secs(30);
 
-/// A read handed to the workers.
+/// A read (or first open) handed to the workers.
 pub(crate) trait Job: Send + 'static {
     /// Serves it, with the worker's buffer.
     fn run(self, buf: &mut Vec<u8>);
