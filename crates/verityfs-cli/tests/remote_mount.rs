@@ -398,21 +398,85 @@ fn a_stalled_server_fails_reads_in_time() {
     println!("EIO after: read {read:?}, stream {stream:?}, open {opened:?}");
 }
 
-/// The `--timeout` of the test of many readers of a stalled file: long
-/// enough that their reads still wait while the rest of the mount is used.
+/// The `--timeout` of the tests of many calls waiting on a stalled server:
+/// long enough that they still wait while the rest of the mount is used.
 const LONG_TIMEOUT: u64 = 20;
-/// The readers of the stalled file: many times fuser's threads (4).
-const STALLED_READERS: u64 = 64;
-/// How long what the manifest answers (lookups, listings) and a read of
-/// another file may take while those readers wait.
+/// How long the manifest's answers (lookups, listings) and a read of
+/// another file may take while those calls wait.
 const PROMPT: Duration = Duration::from_secs(3);
+
+/// Runs `n` calls of `call` (given 0 to `n - 1`) at once, each on a
+/// thread of its own, timed.
+fn at_once<T: Send + 'static>(
+    n: u64,
+    call: impl Fn(u64) -> io::Result<T> + Send + Sync + 'static,
+) -> Vec<std::thread::JoinHandle<Timed<T>>> {
+    let call = Arc::new(call);
+    (0..n)
+        .map(|i| {
+            let call = call.clone();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                (call(i), start.elapsed())
+            })
+        })
+        .collect()
+}
+
+/// Waits until a request has reached the server after the first `before`,
+/// then a second more, for the others to reach the daemon.
+fn wait_for_the_server(proxy: &Proxy, before: u64) {
+    let start = Instant::now();
+    while proxy.requests() == before {
+        assert!(start.elapsed() < READ_LIMIT, "no call reached the server");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+}
+
+/// Asserts that every call of `calls` is still waiting, then that each
+/// fails with `EIO` within the timeout and five seconds; the fastest and
+/// slowest.
+#[track_caller]
+fn assert_wait_then_eio<T: Send + 'static>(
+    calls: Vec<std::thread::JoinHandle<Timed<T>>>,
+    what: &str,
+) -> (Duration, Duration) {
+    let waiting = calls.iter().filter(|c| !c.is_finished()).count();
+    assert_eq!(waiting, calls.len(), "{what}: some ended already");
+    let limit = Duration::from_secs(LONG_TIMEOUT + 5);
+    let ended = with_watchdog(what, limit + PROMPT, move || {
+        calls
+            .into_iter()
+            .map(|c| c.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let took: Vec<Duration> = ended
+        .into_iter()
+        .map(|call| assert_eio(call, what))
+        .collect();
+    let (fastest, slowest) = (*took.iter().min().unwrap(), *took.iter().max().unwrap());
+    assert!(slowest < limit, "{what}: EIO after {slowest:?}");
+    (fastest, slowest)
+}
+
+/// Asserts that the mount lists the source tree within [`PROMPT`]; how
+/// long it took.
+#[track_caller]
+fn assert_lists_promptly(mount: &Mount, served: &Served, what: &str) -> Duration {
+    let start = Instant::now();
+    let mnt = mount.mnt.clone();
+    let listed = with_watchdog(what, PROMPT, move || listing(&mnt));
+    assert_eq!(listed, listing(&served.image.src));
+    start.elapsed()
+}
 
 #[test]
 fn readers_waiting_on_a_stalled_file_leave_the_rest_of_the_mount_serving() {
+    const READERS: u64 = 64;
     let served = Served::new(BIG_SIZE);
     let proxy = Proxy::start(served.nginx.addr()).unwrap();
-    let timeout = format!("--timeout={LONG_TIMEOUT}");
-    let mount = served.mount(&proxy.url(), &[&timeout]);
+    let mount = served.mount(&proxy.url(), &[&format!("--timeout={LONG_TIMEOUT}")]);
     let big = served.source("big");
     // Opened (its tree fetched) before the stall, with O_DIRECT: each read
     // reaches the daemon. Nothing else is looked up before the stall, so
@@ -432,62 +496,24 @@ fn readers_waiting_on_a_stalled_file_leave_the_rest_of_the_mount_serving() {
     let before = proxy.requests();
     // Blocks before the chunk holding the tree, which the open fetched.
     let tree_chunk = (BIG_SIZE as u64).next_multiple_of(TREE_ALIGN) / CHUNK * CHUNK;
-    let step = tree_chunk / STALLED_READERS / BLOCK * BLOCK;
-    let readers: Vec<_> = (0..STALLED_READERS)
-        .map(|i| {
-            let file = file.clone();
-            std::thread::spawn(move || {
-                let start = Instant::now();
-                let mut buf = vec![0; BLOCK as usize];
-                (file.read_exact_at(&mut buf, i * step), start.elapsed())
-            })
-        })
-        .collect();
-    let waited = Instant::now();
-    while proxy.requests() == before {
-        assert!(waited.elapsed() < READ_LIMIT, "no read reached the server");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // Time for the others to reach the daemon.
-    std::thread::sleep(Duration::from_secs(1));
+    let step = tree_chunk / READERS / BLOCK * BLOCK;
+    let stalled = file.clone();
+    let readers = at_once(READERS, move |i| {
+        let mut buf = vec![0; BLOCK as usize];
+        stalled.read_exact_at(&mut buf, i * step)
+    });
+    wait_for_the_server(&proxy, before);
 
-    let start = Instant::now();
-    let mnt = mount.mnt.clone();
-    let listed = with_watchdog("a listing while reads wait", PROMPT, move || listing(&mnt));
-    assert_eq!(listed, listing(&served.image.src));
+    let listed = assert_lists_promptly(&mount, &served, "a listing while reads wait");
     let small = mount.path("a/run.sh");
+    let start = Instant::now();
     let other = with_watchdog("another file while reads wait", PROMPT, move || {
         fs::read(small)
     });
-    assert_bytes(
-        (other, start.elapsed()),
-        &served.source("a/run.sh"),
-        "a/run.sh",
-    );
-    let prompt = start.elapsed();
-    let waiting = readers.iter().filter(|r| !r.is_finished()).count();
-    assert_eq!(
-        waiting as u64, STALLED_READERS,
-        "reads of the stalled file ended"
-    );
+    let source = served.source("a/run.sh");
+    let other = assert_bytes((other, start.elapsed()), &source, "a/run.sh");
+    let (fastest, slowest) = assert_wait_then_eio(readers, "a read of the stalled file");
 
-    // The timeout, and five seconds.
-    let limit = Duration::from_secs(LONG_TIMEOUT + 5);
-    let ended = with_watchdog("the stalled reads", limit + PROMPT, move || {
-        readers
-            .into_iter()
-            .map(|r| r.join().unwrap())
-            .collect::<Vec<_>>()
-    });
-    let mut took = Vec::new();
-    for (result, after) in ended {
-        assert_errno(result, libc::EIO, "a read of the stalled file");
-        assert!(
-            after < limit,
-            "a read of the stalled file: EIO after {after:?}"
-        );
-        took.push(after);
-    }
     proxy.set(Faults::default());
     let mut block = vec![0; BLOCK as usize];
     file.read_exact_at(&mut block, step).unwrap();
@@ -497,11 +523,39 @@ fn readers_waiting_on_a_stalled_file_leave_the_rest_of_the_mount_serving() {
     );
     assert_bytes(read_all(&mount.path("big")), &big, "all, released");
     println!(
-        "{STALLED_READERS} reads of a stalled file waiting: the tree listed and another \
-         file read in {prompt:?}; the reads failed with EIO after {:?} to {:?} \
-         (--timeout={LONG_TIMEOUT})",
-        took.iter().min().unwrap(),
-        took.iter().max().unwrap()
+        "{READERS} reads of a stalled file waiting: the tree listed in {listed:?}, another \
+         file read in {other:?}; the reads failed with EIO after {fastest:?} to {slowest:?} \
+         (--timeout={LONG_TIMEOUT})"
+    );
+}
+
+#[test]
+fn first_opens_waiting_on_a_stalled_server_leave_the_tree_listed() {
+    const OPENERS: u64 = 16;
+    let served = Served::new(BIG_SIZE);
+    let proxy = Proxy::start(served.nginx.addr()).unwrap();
+    let mount = served.mount(&proxy.url(), &[&format!("--timeout={LONG_TIMEOUT}")]);
+    proxy.set(on_objects(Faults {
+        stall: true,
+        ..Faults::default()
+    }));
+    let before = proxy.requests();
+    // Each open of a file not open yet fetches its tree.
+    let path = mount.path("big");
+    let openers = at_once(OPENERS, move |_| File::open(&path));
+    wait_for_the_server(&proxy, before);
+
+    let listed = assert_lists_promptly(&mount, &served, "a listing while opens wait");
+    let (fastest, slowest) = assert_wait_then_eio(openers, "an open, stalled");
+    proxy.set(Faults::default());
+    assert_bytes(
+        read_all(&mount.path("big")),
+        &served.source("big"),
+        "released",
+    );
+    println!(
+        "{OPENERS} first opens waiting on a stalled server: the tree listed in {listed:?}; \
+         the opens failed with EIO after {fastest:?} to {slowest:?} (--timeout={LONG_TIMEOUT})"
     );
 }
 
