@@ -193,7 +193,12 @@ impl<J: Job> Shared<J> {
             };
             self.room.notify_one();
             drop(state);
-            job.run(&mut buf);
+            // A read that panics fails alone (its reply, dropped unsent,
+            // fails it) and its worker and file's count of workers go on.
+            let run = std::panic::AssertUnwindSafe(|| job.run(&mut buf));
+            if std::panic::catch_unwind(run).is_err() {
+                tracing::error!("a read panicked");
+            }
             done = Some(file);
             state = self.lock();
         }
@@ -254,8 +259,12 @@ mod tests {
         number: usize,
     }
 
+    /// The number of a read that panics.
+    const PANICS: usize = usize::MAX;
+
     impl Job for Task {
         fn run(self, _: &mut Vec<u8>) {
+            assert_ne!(self.number, PANICS, "a read that panics");
             self.gate.wait();
             let _ = self.done.send(self.number);
         }
@@ -364,5 +373,25 @@ mod tests {
             Err(RecvTimeoutError::Timeout) => panic!("a read neither served nor dropped"),
         });
         assert_eq!(served.count(), PER_FILE);
+    }
+
+    /// A file's count of workers is kept right through panics: as many
+    /// as may serve it at once panic, and the next read of it is served.
+    #[test]
+    fn a_read_that_panics_fails_alone() {
+        let readers = Readers::new();
+        let gate = Gate::default();
+        gate.open();
+        let (done, finished) = mpsc::channel();
+        for _ in 0..PER_FILE {
+            let task = Task {
+                gate: gate.clone(),
+                done: done.clone(),
+                number: PANICS,
+            };
+            assert!(readers.submit(1, task).is_ok());
+        }
+        submit(&readers, 1, &gate, &done, 0..1);
+        assert_eq!(received(&finished, 1), [0]);
     }
 }
