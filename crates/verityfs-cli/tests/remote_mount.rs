@@ -471,17 +471,18 @@ fn assert_lists_promptly(mount: &Mount, served: &Served, what: &str) -> Duration
     start.elapsed()
 }
 
-#[test]
-fn readers_waiting_on_a_stalled_file_leave_the_rest_of_the_mount_serving() {
-    const READERS: u64 = 64;
-    let served = Served::new(BIG_SIZE);
-    let proxy = Proxy::start(served.nginx.addr()).unwrap();
-    let mount = served.mount(&proxy.url(), &[&format!("--timeout={LONG_TIMEOUT}")]);
-    let big = served.source("big");
-    // Opened (its tree fetched) before the stall, with O_DIRECT: each read
-    // reaches the daemon. Nothing else is looked up before the stall, so
-    // that the listing below reaches the daemon too, not the kernel's
-    // caches.
+/// Reads of `big` by `readers` threads at once, waiting: the file is
+/// opened (its tree fetched) with O_DIRECT, so that each read reaches the
+/// daemon, then its object stalled, then the threads each read a block
+/// `step` bytes after the last, before the chunk holding the tree (which
+/// the open fetched). Returns when a read has reached the server.
+#[allow(clippy::type_complexity)]
+fn read_big_stalled(
+    served: &Served,
+    proxy: &Proxy,
+    mount: &Mount,
+    readers: u64,
+) -> (Arc<File>, Vec<std::thread::JoinHandle<Timed<()>>>, u64) {
     let path = mount.path("big");
     let direct = move || {
         let mut options = File::options();
@@ -494,15 +495,27 @@ fn readers_waiting_on_a_stalled_file_leave_the_rest_of_the_mount_serving() {
         ..Faults::default()
     });
     let before = proxy.requests();
-    // Blocks before the chunk holding the tree, which the open fetched.
     let tree_chunk = (BIG_SIZE as u64).next_multiple_of(TREE_ALIGN) / CHUNK * CHUNK;
-    let step = tree_chunk / READERS / BLOCK * BLOCK;
+    let step = tree_chunk / readers / BLOCK * BLOCK;
     let stalled = file.clone();
-    let readers = at_once(READERS, move |i| {
+    let reads = at_once(readers, move |i| {
         let mut buf = vec![0; BLOCK as usize];
         stalled.read_exact_at(&mut buf, i * step)
     });
-    wait_for_the_server(&proxy, before);
+    wait_for_the_server(proxy, before);
+    (file, reads, step)
+}
+
+#[test]
+fn readers_waiting_on_a_stalled_file_leave_the_rest_of_the_mount_serving() {
+    const READERS: u64 = 64;
+    let served = Served::new(BIG_SIZE);
+    let proxy = Proxy::start(served.nginx.addr()).unwrap();
+    let mount = served.mount(&proxy.url(), &[&format!("--timeout={LONG_TIMEOUT}")]);
+    let big = served.source("big");
+    // Nothing else is looked up before the stall, so that the listing
+    // below reaches the daemon too, not the kernel's caches.
+    let (file, readers, step) = read_big_stalled(&served, &proxy, &mount, READERS);
 
     let listed = assert_lists_promptly(&mount, &served, "a listing while reads wait");
     let small = mount.path("a/run.sh");
@@ -556,6 +569,46 @@ fn first_opens_waiting_on_a_stalled_server_leave_the_tree_listed() {
     println!(
         "{OPENERS} first opens waiting on a stalled server: the tree listed in {listed:?}; \
          the opens failed with EIO after {fastest:?} to {slowest:?} (--timeout={LONG_TIMEOUT})"
+    );
+}
+
+#[test]
+fn a_connection_aborted_while_reads_wait_ends_the_daemon_at_once() {
+    const READERS: u64 = 16;
+    let served = Served::new(BIG_SIZE);
+    let proxy = Proxy::start(served.nginx.addr()).unwrap();
+    let mut mount = served.mount(&proxy.url(), &[&format!("--timeout={LONG_TIMEOUT}")]);
+    let (file, readers, _) = read_big_stalled(&served, &proxy, &mount, READERS);
+    // A forced unmount aborts a FUSE mount's connection first (then fails,
+    // busy: files are open).
+    let forced = run(Command::new("umount").arg("-f").arg(&mount.mnt));
+    // The waiting reads fail at once, and the daemon ends without waiting
+    // for the reads it was serving (each until its timeout).
+    let ended = with_watchdog("the aborted reads", PROMPT, move || {
+        readers
+            .into_iter()
+            .map(|r| r.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    for (result, _) in ended {
+        assert!(result.is_err(), "a read of an aborted connection");
+    }
+    drop(file);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = mount.daemon_exited() {
+            break status;
+        }
+        assert!(start.elapsed() < PROMPT, "the daemon waited for its reads");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let log = mount.log();
+    assert!(!log.contains("panicked"), "{log}");
+    println!(
+        "{READERS} reads waiting, the connection aborted ({}): the daemon ended ({status}) \
+         in {:?}:\n{log}",
+        String::from_utf8_lossy(&forced.stderr).trim(),
+        start.elapsed()
     );
 }
 
