@@ -405,12 +405,15 @@ const LONG_TIMEOUT: u64 = 20;
 /// another file may take while those calls wait.
 const PROMPT: Duration = Duration::from_secs(3);
 
+/// Calls running at once, each on a thread of its own, timed.
+type Calls<T> = Vec<std::thread::JoinHandle<Timed<T>>>;
+
 /// Runs `n` calls of `call` (given 0 to `n - 1`) at once, each on a
 /// thread of its own, timed.
 fn at_once<T: Send + 'static>(
     n: u64,
     call: impl Fn(u64) -> io::Result<T> + Send + Sync + 'static,
-) -> Vec<std::thread::JoinHandle<Timed<T>>> {
+) -> Calls<T> {
     let call = Arc::new(call);
     (0..n)
         .map(|i| {
@@ -438,10 +441,7 @@ fn wait_for_the_server(proxy: &Proxy, before: u64) {
 /// fails with `EIO` within the timeout and five seconds; the fastest and
 /// slowest.
 #[track_caller]
-fn assert_wait_then_eio<T: Send + 'static>(
-    calls: Vec<std::thread::JoinHandle<Timed<T>>>,
-    what: &str,
-) -> (Duration, Duration) {
+fn assert_wait_then_eio<T: Send + 'static>(calls: Calls<T>, what: &str) -> (Duration, Duration) {
     let waiting = calls.iter().filter(|c| !c.is_finished()).count();
     assert_eq!(waiting, calls.len(), "{what}: some ended already");
     let limit = Duration::from_secs(LONG_TIMEOUT + 5);
@@ -476,13 +476,12 @@ fn assert_lists_promptly(mount: &Mount, served: &Served, what: &str) -> Duration
 /// daemon, then its object stalled, then the threads each read a block
 /// `step` bytes after the last, before the chunk holding the tree (which
 /// the open fetched). Returns when a read has reached the server.
-#[allow(clippy::type_complexity)]
 fn read_big_stalled(
     served: &Served,
     proxy: &Proxy,
     mount: &Mount,
     readers: u64,
-) -> (Arc<File>, Vec<std::thread::JoinHandle<Timed<()>>>, u64) {
+) -> (Arc<File>, Calls<()>, u64) {
     let path = mount.path("big");
     let direct = move || {
         let mut options = File::options();
