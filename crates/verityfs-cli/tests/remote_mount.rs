@@ -18,7 +18,7 @@ mod common;
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::ops::Range;
-use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -396,6 +396,219 @@ fn a_stalled_server_fails_reads_in_time() {
     assert_bytes(read_file_at(&file, a, 4096), block(&big, a), "released");
     assert_bytes(read_all(&mount.path("big")), &big, "all, released");
     println!("EIO after: read {read:?}, stream {stream:?}, open {opened:?}");
+}
+
+/// The `--timeout` of the tests of many calls waiting on a stalled server:
+/// long enough that they still wait while the rest of the mount is used.
+const LONG_TIMEOUT: u64 = 20;
+/// How long the manifest's answers (lookups, listings) and a read of
+/// another file may take while those calls wait.
+const PROMPT: Duration = Duration::from_secs(3);
+
+/// Calls running at once, each on a thread of its own, timed.
+type Calls<T> = Vec<std::thread::JoinHandle<Timed<T>>>;
+
+/// Runs `n` calls of `call` (given 0 to `n - 1`) at once, each on a
+/// thread of its own, timed.
+fn at_once<T: Send + 'static>(
+    n: u64,
+    call: impl Fn(u64) -> io::Result<T> + Send + Sync + 'static,
+) -> Calls<T> {
+    let call = Arc::new(call);
+    (0..n)
+        .map(|i| {
+            let call = call.clone();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                (call(i), start.elapsed())
+            })
+        })
+        .collect()
+}
+
+/// Waits until a request has reached the server after the first `before`,
+/// then a second more, for the others to reach the daemon.
+fn wait_for_the_server(proxy: &Proxy, before: u64) {
+    let start = Instant::now();
+    while proxy.requests() == before {
+        assert!(start.elapsed() < READ_LIMIT, "no call reached the server");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+}
+
+/// Asserts that every call of `calls` is still waiting, then that each
+/// fails with `EIO` within the timeout and five seconds; the fastest and
+/// slowest.
+#[track_caller]
+fn assert_wait_then_eio<T: Send + 'static>(calls: Calls<T>, what: &str) -> (Duration, Duration) {
+    let waiting = calls.iter().filter(|c| !c.is_finished()).count();
+    assert_eq!(waiting, calls.len(), "{what}: some ended already");
+    let limit = Duration::from_secs(LONG_TIMEOUT + 5);
+    let ended = with_watchdog(what, limit + PROMPT, move || {
+        calls
+            .into_iter()
+            .map(|c| c.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let took: Vec<Duration> = ended
+        .into_iter()
+        .map(|call| assert_eio(call, what))
+        .collect();
+    let (fastest, slowest) = (*took.iter().min().unwrap(), *took.iter().max().unwrap());
+    assert!(slowest < limit, "{what}: EIO after {slowest:?}");
+    (fastest, slowest)
+}
+
+/// Asserts that the mount lists the source tree within [`PROMPT`]; how
+/// long it took.
+#[track_caller]
+fn assert_lists_promptly(mount: &Mount, served: &Served, what: &str) -> Duration {
+    let start = Instant::now();
+    let mnt = mount.mnt.clone();
+    let listed = with_watchdog(what, PROMPT, move || listing(&mnt));
+    assert_eq!(listed, listing(&served.image.src));
+    start.elapsed()
+}
+
+/// Reads of `big` by `readers` threads at once, waiting: the file is
+/// opened (its tree fetched) with O_DIRECT, so that each read reaches the
+/// daemon, then its object stalled, then the threads each read a block
+/// `step` bytes after the last, before the chunk holding the tree (which
+/// the open fetched). Returns when a read has reached the server.
+fn read_big_stalled(
+    served: &Served,
+    proxy: &Proxy,
+    mount: &Mount,
+    readers: u64,
+) -> (Arc<File>, Calls<()>, u64) {
+    let path = mount.path("big");
+    let direct = move || {
+        let mut options = File::options();
+        options.read(true).custom_flags(libc::O_DIRECT).open(path)
+    };
+    let file = Arc::new(with_watchdog("open", READ_LIMIT, direct).unwrap());
+    proxy.set(Faults {
+        stall: true,
+        only_path_containing: Some(served.object_uri("big")),
+        ..Faults::default()
+    });
+    let before = proxy.requests();
+    let tree_chunk = (BIG_SIZE as u64).next_multiple_of(TREE_ALIGN) / CHUNK * CHUNK;
+    let step = tree_chunk / readers / BLOCK * BLOCK;
+    let stalled = file.clone();
+    let reads = at_once(readers, move |i| {
+        let mut buf = vec![0; BLOCK as usize];
+        stalled.read_exact_at(&mut buf, i * step)
+    });
+    wait_for_the_server(proxy, before);
+    (file, reads, step)
+}
+
+#[test]
+fn readers_waiting_on_a_stalled_file_leave_the_rest_of_the_mount_serving() {
+    const READERS: u64 = 64;
+    let served = Served::new(BIG_SIZE);
+    let proxy = Proxy::start(served.nginx.addr()).unwrap();
+    let mount = served.mount(&proxy.url(), &[&format!("--timeout={LONG_TIMEOUT}")]);
+    let big = served.source("big");
+    // Nothing else is looked up before the stall, so that the listing
+    // below reaches the daemon too, not the kernel's caches.
+    let (file, readers, step) = read_big_stalled(&served, &proxy, &mount, READERS);
+
+    let listed = assert_lists_promptly(&mount, &served, "a listing while reads wait");
+    let small = mount.path("a/run.sh");
+    let start = Instant::now();
+    let other = with_watchdog("another file while reads wait", PROMPT, move || {
+        fs::read(small)
+    });
+    let source = served.source("a/run.sh");
+    let other = assert_bytes((other, start.elapsed()), &source, "a/run.sh");
+    let (fastest, slowest) = assert_wait_then_eio(readers, "a read of the stalled file");
+
+    proxy.set(Faults::default());
+    let mut block = vec![0; BLOCK as usize];
+    file.read_exact_at(&mut block, step).unwrap();
+    assert!(
+        block[..] == big[step as usize..][..BLOCK as usize],
+        "released"
+    );
+    assert_bytes(read_all(&mount.path("big")), &big, "all, released");
+    println!(
+        "{READERS} reads of a stalled file waiting: the tree listed in {listed:?}, another \
+         file read in {other:?}; the reads failed with EIO after {fastest:?} to {slowest:?} \
+         (--timeout={LONG_TIMEOUT})"
+    );
+}
+
+#[test]
+fn first_opens_waiting_on_a_stalled_server_leave_the_tree_listed() {
+    const OPENERS: u64 = 16;
+    let served = Served::new(BIG_SIZE);
+    let proxy = Proxy::start(served.nginx.addr()).unwrap();
+    let mount = served.mount(&proxy.url(), &[&format!("--timeout={LONG_TIMEOUT}")]);
+    proxy.set(on_objects(Faults {
+        stall: true,
+        ..Faults::default()
+    }));
+    let before = proxy.requests();
+    // Each open of a file not open yet fetches its tree.
+    let path = mount.path("big");
+    let openers = at_once(OPENERS, move |_| File::open(&path));
+    wait_for_the_server(&proxy, before);
+
+    let listed = assert_lists_promptly(&mount, &served, "a listing while opens wait");
+    let (fastest, slowest) = assert_wait_then_eio(openers, "an open, stalled");
+    proxy.set(Faults::default());
+    assert_bytes(
+        read_all(&mount.path("big")),
+        &served.source("big"),
+        "released",
+    );
+    println!(
+        "{OPENERS} first opens waiting on a stalled server: the tree listed in {listed:?}; \
+         the opens failed with EIO after {fastest:?} to {slowest:?} (--timeout={LONG_TIMEOUT})"
+    );
+}
+
+#[test]
+fn a_connection_aborted_while_reads_wait_ends_the_daemon_at_once() {
+    const READERS: u64 = 16;
+    let served = Served::new(BIG_SIZE);
+    let proxy = Proxy::start(served.nginx.addr()).unwrap();
+    let mut mount = served.mount(&proxy.url(), &[&format!("--timeout={LONG_TIMEOUT}")]);
+    let (file, readers, _) = read_big_stalled(&served, &proxy, &mount, READERS);
+    // A forced unmount aborts a FUSE mount's connection first (then fails,
+    // busy: files are open).
+    let forced = run(Command::new("umount").arg("-f").arg(&mount.mnt));
+    // The waiting reads fail at once, and the daemon ends without waiting
+    // for the reads it was serving (each until its timeout).
+    let ended = with_watchdog("the aborted reads", PROMPT, move || {
+        readers
+            .into_iter()
+            .map(|r| r.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    for (result, _) in ended {
+        assert!(result.is_err(), "a read of an aborted connection");
+    }
+    drop(file);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = mount.daemon_exited() {
+            break status;
+        }
+        assert!(start.elapsed() < PROMPT, "the daemon waited for its reads");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let log = mount.log();
+    assert!(!log.contains("panicked"), "{log}");
+    println!(
+        "{READERS} reads waiting, the connection aborted ({}): the daemon ended ({status}) \
+         in {:?}:\n{log}",
+        String::from_utf8_lossy(&forced.stderr).trim(),
+        start.elapsed()
+    );
 }
 
 #[test]

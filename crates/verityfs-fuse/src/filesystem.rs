@@ -7,6 +7,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use fuser::{
@@ -20,11 +21,14 @@ use verityfs::uapi::{
     FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS, FS_IOC_MEASURE_VERITY, FS_IOC_READ_VERITY_METADATA,
     FS_IOC_SETFLAGS,
 };
+use verityfs::VerityFile;
 
 use crate::attr::TTL;
 use crate::caller::Caller;
+use crate::file_ops::{read_verified, verified_read_error};
 use crate::fs::VerityFs;
-use crate::image_fs::{ImageFs, IMAGE_TTL};
+use crate::image_fs::{ImageFs, Opening, IMAGE_TTL};
+use crate::readers::Job;
 
 thread_local! {
     /// Each worker thread's read buffer, reused for every request.
@@ -587,6 +591,73 @@ fn xattr_reply(reply: ReplyXattr, size: u32, value: &[u8]) {
     }
 }
 
+/// What an image's read workers (`readers`) do, with its reply: each
+/// may wait for the network.
+pub(crate) enum ImageJob {
+    /// A read of an open file.
+    Read {
+        file: Arc<VerityFile>,
+        offset: u64,
+        size: u32,
+        reply: ReplyData,
+    },
+    /// A file's first open, which fetches its object's tree.
+    Open {
+        opening: Box<Opening>,
+        reply: ReplyOpen,
+    },
+}
+
+impl Job for ImageJob {
+    /// A read goes into `buf`, grown to the request's size if smaller
+    /// (never shrunk: no zeroing again for reads of sizes it has held).
+    fn run(self, buf: &mut Vec<u8>) {
+        match self {
+            ImageJob::Read {
+                file,
+                offset,
+                size,
+                reply,
+            } => {
+                // Bytes the source holds in memory are verified and sent
+                // from there; others are read into the worker's buffer.
+                let size = size as usize;
+                match file.read_lent(offset, size) {
+                    Ok(Some(lent)) => return reply.data(&lent),
+                    Ok(None) => {}
+                    Err(e) => return reply.error(verified_read_error(e)),
+                }
+                if buf.len() < size {
+                    buf.resize(size, 0);
+                }
+                let buf = &mut buf[..size];
+                reply_with!(reply, read_verified(&file, buf, offset), |n| reply
+                    .data(&buf[..n]));
+            }
+            ImageJob::Open { opening, reply } => {
+                reply_with!(reply, opening.finish(), |()| opened(reply));
+            }
+        }
+    }
+}
+
+/// Replies to an open of an image's file.
+fn opened(reply: ReplyOpen) {
+    // The contents never change: the page cache outlives a close.
+    reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
+}
+
+impl ImageFs {
+    /// Hands `job`, on file `ino`, to the read workers: it may wait for the
+    /// network, which must not hold up the requests the manifest answers.
+    /// Run here only if no worker can take it.
+    fn hand_over(&self, ino: INodeNo, job: ImageJob) {
+        if let Err(job) = self.readers.submit(ino.0, job) {
+            READ_BUFFER.with_borrow_mut(|buf| job.run(buf));
+        }
+    }
+}
+
 /// The reply to every request that would change an image.
 fn read_only() -> Errno {
     Errno::from_i32(libc::EROFS)
@@ -624,9 +695,14 @@ impl Filesystem for ImageFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        // The contents never change: the page cache outlives a close.
-        reply_with!(reply, self.open_file(ino, flags.0), |()| reply
-            .opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE));
+        match self.open_file(ino, flags.0) {
+            Ok(None) => opened(reply),
+            Ok(Some(opening)) => {
+                let opening = Box::new(opening);
+                self.hand_over(ino, ImageJob::Open { opening, reply });
+            }
+            Err(e) => reply.error(e),
+        }
     }
 
     fn read(
@@ -640,18 +716,18 @@ impl Filesystem for ImageFs {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        // Bytes the source holds in memory are verified and sent from
-        // there; others are read into the thread's buffer.
-        match self.read_lent(ino, offset, size as usize) {
-            Ok(Some(lent)) => return reply.data(&lent),
-            Ok(None) => {}
-            Err(e) => return reply.error(e),
+        match self.open_file_of(ino) {
+            Ok(file) => self.hand_over(
+                ino,
+                ImageJob::Read {
+                    file,
+                    offset,
+                    size,
+                    reply,
+                },
+            ),
+            Err(e) => reply.error(e),
         }
-        READ_BUFFER.with_borrow_mut(|buf| {
-            buf.resize(size as usize, 0);
-            reply_with!(reply, self.read_file(ino, offset, buf), |n| reply
-                .data(&buf[..n]))
-        });
     }
 
     fn release(

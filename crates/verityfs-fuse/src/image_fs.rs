@@ -13,24 +13,26 @@ use std::ffi::OsStr;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 use verityfs::image::{
-    open_manifest, open_object, EntryKind, Manifest, ManifestTrust, Store, MANIFEST_NAME,
+    open_manifest, open_object, EntryKind, FileObject, Manifest, ManifestTrust, Store,
+    MANIFEST_NAME,
 };
 use verityfs::uapi::{
     encode_flags, FS_IOC32_GETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_ENABLE_VERITY, FS_IOC_FSGETXATTR,
     FS_IOC_FSSETXATTR, FS_IOC_GETFLAGS, FS_IOC_MEASURE_VERITY, FS_IOC_SETFLAGS, FS_VERITY_FL,
 };
-use verityfs::{Lent, ReadOptions, Verifier, VerityFile};
+use verityfs::{HashAlgorithm, ReadOptions, Verifier, VerityFile};
 
 use crate::attr::system_time;
-use crate::file_ops::{read_verified, verified_read_error};
+use crate::filesystem::ImageJob;
 use crate::fs::lib_errno;
 use crate::ioctl::{fsxattr_from_flags, measure_reply};
 use crate::mount::MountState;
+use crate::readers::Readers;
 use crate::xattr_ops::{stats_json, STATS_XATTR};
 
 /// How long the kernel may cache attributes and entries: an image never
@@ -45,6 +47,11 @@ const BLKSIZE: u32 = 4096;
 /// One directory entry of a listing: inode, kind, name.
 type DirEntry<'a> = (u64, FileType, &'a [u8]);
 
+/// The open regular files by manifest index, with their number of opens:
+/// one verity file per inode, shared by its opens (and so its cache of
+/// verified tree blocks), dropped with the last.
+type OpenFiles = Mutex<HashMap<u32, (Arc<VerityFile>, usize)>>;
+
 /// The filesystem of one image, verified against its digest.
 pub struct ImageFs {
     manifest: Manifest,
@@ -53,14 +60,14 @@ pub struct ImageFs {
     subdirs: Vec<u32>,
     store: Arc<dyn Store>,
     verifier: Arc<Verifier>,
-    /// The open regular files by manifest index, with their number of
-    /// opens: one verity file per inode, shared by its opens (and so its
-    /// cache of verified tree blocks), dropped with the last.
-    open: Mutex<HashMap<u32, (Arc<VerityFile>, usize)>>,
+    open: Arc<OpenFiles>,
     /// The owner of every file: the mounting user and group.
     owner: (u32, u32),
     /// The mount, once mounted.
     pub(crate) mount: Arc<MountState>,
+    /// The threads serving reads and first opens, which may wait for the
+    /// network.
+    pub(crate) readers: Readers<ImageJob>,
 }
 
 impl ImageFs {
@@ -79,12 +86,13 @@ impl ImageFs {
             manifest,
             store,
             verifier,
-            open: Mutex::default(),
+            open: Arc::default(),
             owner: (
                 rustix::process::geteuid().as_raw(),
                 rustix::process::getegid().as_raw(),
             ),
             mount: Arc::default(),
+            readers: Readers::new(),
         })
     }
 
@@ -187,52 +195,36 @@ impl ImageFs {
         Ok(())
     }
 
-    /// Opens regular file `ino` for reading (`EROFS` for writing): its
-    /// object is checked against the manifest's digest for it at the first
-    /// open, then shared by the others.
-    pub(crate) fn open_file(&self, ino: INodeNo, flags: i32) -> Result<(), Errno> {
+    /// Opens regular file `ino` for reading (`EROFS` for writing) if it is
+    /// open already; else gives what its first open needs, which may wait
+    /// for the network ([`Opening`]).
+    pub(crate) fn open_file(&self, ino: INodeNo, flags: i32) -> Result<Option<Opening>, Errno> {
         let index = self.index(ino)?;
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
             return Err(Errno::from_i32(libc::EROFS));
         }
-        if let Some((_, opens)) = self.open_files().get_mut(&index) {
+        if let Some((_, opens)) = lock(&self.open).get_mut(&index) {
             *opens += 1;
-            return Ok(());
+            return Ok(None);
         }
-        // Opened without the lock: fetching a remote object's metadata
-        // must not hold up the opens of other files.
-        let file = Arc::new(self.open_object(index)?);
-        let mut open = self.open_files();
-        open.entry(index).or_insert((file, 0)).1 += 1;
-        Ok(())
-    }
-
-    fn open_object(&self, index: u32) -> Result<VerityFile, Errno> {
         let EntryKind::Regular(object) = self.kind(index) else {
             return Err(Errno::EISDIR);
         };
-        let path = self.path(index);
-        let alg = self.manifest.algorithm();
-        let opened = self
-            .store
-            .open(&object.path(alg))
-            .map_err(verityfs::Error::from)
-            .and_then(|source| open_object(&self.verifier, alg, object, source, &path));
-        opened.map_err(|e| {
-            tracing::error!("{}: cannot open its object: {e}", path.display());
-            match e {
-                // The manifest lists it: a missing object is the image's
-                // fault, not a missing file.
-                verityfs::Error::Io(io) if io.kind() == io::ErrorKind::NotFound => Errno::EIO,
-                e => lib_errno(e),
-            }
-        })
+        Ok(Some(Opening {
+            index,
+            object: *object,
+            path: self.path(index),
+            alg: self.manifest.algorithm(),
+            store: self.store.clone(),
+            verifier: self.verifier.clone(),
+            open: self.open.clone(),
+        }))
     }
 
     /// Ends one open of `ino`.
     pub(crate) fn release_file(&self, ino: INodeNo) {
         let Ok(index) = self.index(ino) else { return };
-        let mut open = self.open_files();
+        let mut open = lock(&self.open);
         if let Some((_, opens)) = open.get_mut(&index) {
             *opens -= 1;
             if *opens == 0 {
@@ -241,34 +233,10 @@ impl ImageFs {
         }
     }
 
-    /// Reads from open file `ino` into `buf`, every byte verified (`EIO`
-    /// if one does not).
-    pub(crate) fn read_file(
-        &self,
-        ino: INodeNo,
-        offset: u64,
-        buf: &mut [u8],
-    ) -> Result<usize, Errno> {
-        let file = self.open_file_of(ino)?;
-        read_verified(&file, buf, offset)
-    }
-
-    /// The verified bytes of a read of open file `ino`, in the memory its
-    /// source lent them from, if it holds them (`None`: read them with
-    /// [`ImageFs::read_file`]).
-    pub(crate) fn read_lent(
-        &self,
-        ino: INodeNo,
-        offset: u64,
-        size: usize,
-    ) -> Result<Option<Lent>, Errno> {
-        let file = self.open_file_of(ino)?;
-        file.read_lent(offset, size).map_err(verified_read_error)
-    }
-
-    fn open_file_of(&self, ino: INodeNo) -> Result<Arc<VerityFile>, Errno> {
+    /// The verity file of open file `ino`.
+    pub(crate) fn open_file_of(&self, ino: INodeNo) -> Result<Arc<VerityFile>, Errno> {
         let index = self.index(ino)?;
-        let open = self.open_files();
+        let open = lock(&self.open);
         open.get(&index)
             .map(|(file, _)| file.clone())
             .ok_or(Errno::EBADF)
@@ -315,10 +283,54 @@ impl ImageFs {
         }
         names.iter().rev().collect()
     }
+}
 
-    fn open_files(&self) -> std::sync::MutexGuard<'_, HashMap<u32, (Arc<VerityFile>, usize)>> {
-        self.open.lock().unwrap_or_else(|p| p.into_inner())
+/// The first open of a regular file: its object checked against the
+/// manifest's digest for it, then shared by the file's other opens.
+pub(crate) struct Opening {
+    index: u32,
+    object: FileObject,
+    /// Its path from the root of the image, for messages.
+    path: PathBuf,
+    alg: HashAlgorithm,
+    store: Arc<dyn Store>,
+    verifier: Arc<Verifier>,
+    open: Arc<OpenFiles>,
+}
+
+impl Opening {
+    /// Opens the object, which may wait for the network, then counts the
+    /// open.
+    pub(crate) fn finish(self) -> Result<(), Errno> {
+        // Opened without the lock: fetching a remote object's metadata
+        // must not hold up the opens of other files.
+        let file = Arc::new(self.open_object()?);
+        lock(&self.open).entry(self.index).or_insert((file, 0)).1 += 1;
+        Ok(())
     }
+
+    fn open_object(&self) -> Result<VerityFile, Errno> {
+        let opened = self
+            .store
+            .open(&self.object.path(self.alg))
+            .map_err(verityfs::Error::from)
+            .and_then(|source| {
+                open_object(&self.verifier, self.alg, &self.object, source, &self.path)
+            });
+        opened.map_err(|e| {
+            tracing::error!("{}: cannot open its object: {e}", self.path.display());
+            match e {
+                // The manifest lists it: a missing object is the image's
+                // fault, not a missing file.
+                verityfs::Error::Io(io) if io.kind() == io::ErrorKind::NotFound => Errno::EIO,
+                e => lib_errno(e),
+            }
+        })
+    }
+}
+
+fn lock(open: &OpenFiles) -> MutexGuard<'_, HashMap<u32, (Arc<VerityFile>, usize)>> {
+    open.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The number of subdirectories of each entry of `manifest`.

@@ -34,6 +34,7 @@ mod mount;
 mod mountinfo;
 mod placement;
 mod policy;
+mod readers;
 mod space_ops;
 mod verity_ops;
 mod xattr_ops;

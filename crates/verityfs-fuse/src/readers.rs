@@ -1,0 +1,397 @@
+//! The threads that serve an image's reads, and the first opens of its
+//! files, apart from the threads fuser reads requests with.
+//!
+//! A read of a remote image, or a file's first open (which fetches its
+//! object's tree), may wait for the network until its deadline
+//! (`--timeout`). Served on one of fuser's few threads, a handful of them
+//! on a server that stalls would hold all of those threads, and lookups,
+//! `stat`s and listings, which the manifest in memory answers, would
+//! queue behind them: one hanging object would freeze the mount for every
+//! user. So fuser's threads only hand each of them, with its reply, to
+//! these workers and go back to the kernel. Below, "reads" are both.
+//!
+//! Everything is bounded:
+//! - at most [`MAX_WORKERS`] threads, started as reads come and ended after
+//!   [`IDLE`] without one;
+//! - each worker owns one buffer, reused for every read it serves: no
+//!   allocation per read once it has grown to the largest read (1 MiB);
+//!   a read waiting for a worker has no buffer yet;
+//! - at most [`MAX_WAITING`] reads wait for a worker (a few dozen bytes
+//!   each); beyond that the thread handing one over waits for room. Only
+//!   thousands of reads at once get there, each a user's thread blocked
+//!   in the kernel.
+//!
+//! Fairness: reads are taken in arrival order, but at most [`PER_FILE`]
+//! workers serve one file at a time; its further reads wait, in order,
+//! for one of them. Reads of other files (in memory, in the disk cache,
+//! on a server that answers) thus find a worker unless two files each
+//! have [`PER_FILE`] reads stuck at once. The cap is not smaller because
+//! a read's deadline starts when a worker runs it: with a cap of `c`, the
+//! `n`-th reader of a stalled file fails after `⌈n/c⌉` deadlines. With
+//! half the workers, 64 readers of a stalled file all fail after one,
+//! while a plain stream (at most 16 reads in flight, the kernel's limit
+//! on read-ahead) never meets the cap.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// The most worker threads.
+const MAX_WORKERS: usize = 128;
+/// The most workers serving one file at a time.
+const PER_FILE: usize = MAX_WORKERS / 2;
+/// The most reads waiting for a worker.
+const MAX_WAITING: usize = 4096;
+/// How long a worker waits for a read before it ends (and frees its
+/// buffer).
+const IDLE: Duration = Duration::from_secs(30);
+
+/// A read (or first open) handed to the workers.
+pub(crate) trait Job: Send + 'static {
+    /// Serves it, with the worker's buffer.
+    fn run(self, buf: &mut Vec<u8>);
+}
+
+/// The workers of one mount. Dropping it stops them: reads still waiting
+/// are dropped unserved (a FUSE reply dropped unsent fails its request
+/// with `EIO`), reads being served end at their deadline, unwaited for.
+pub(crate) struct Readers<J: Job> {
+    shared: Arc<Shared<J>>,
+}
+
+struct Shared<J> {
+    state: Mutex<State<J>>,
+    /// Signalled when a read can be taken, or the workers stop.
+    work: Condvar,
+    /// Signalled when a read stops waiting, or the workers stop.
+    room: Condvar,
+}
+
+/// The reads of one file being served, and those waiting for them.
+struct FileReads<J> {
+    running: usize,
+    /// Reads arrived while [`PER_FILE`] were running; never empty unless
+    /// fewer are.
+    parked: VecDeque<J>,
+}
+
+struct State<J> {
+    /// Reads not taken yet, in arrival order, with their file.
+    queue: VecDeque<(u64, J)>,
+    /// Each file with reads running.
+    files: HashMap<u64, FileReads<J>>,
+    /// The reads in `queue` and parked.
+    waiting: usize,
+    workers: usize,
+    /// Workers waiting for a read.
+    idle: usize,
+    stopped: bool,
+}
+
+impl<J: Job> Readers<J> {
+    /// No workers yet: they start with the first reads.
+    pub(crate) fn new() -> Self {
+        Readers {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    queue: VecDeque::new(),
+                    files: HashMap::new(),
+                    waiting: 0,
+                    workers: 0,
+                    idle: 0,
+                    stopped: false,
+                }),
+                work: Condvar::new(),
+                room: Condvar::new(),
+            }),
+        }
+    }
+
+    /// Hands `job`, a read of file `file`, to a worker; gives it back if
+    /// none can serve it (no worker could be started, or they stopped).
+    pub(crate) fn submit(&self, file: u64, job: J) -> Result<(), J> {
+        let mut state = self.shared.lock();
+        while state.waiting >= MAX_WAITING && !state.stopped {
+            state = wait(&self.shared.room, state);
+        }
+        if state.stopped {
+            return Err(job);
+        }
+        state.waiting += 1;
+        if let Some(busy) = state.files.get_mut(&file).filter(|f| f.running == PER_FILE) {
+            // It waits for one of its file's workers: no other is woken.
+            busy.parked.push_back(job);
+            return Ok(());
+        }
+        if state.queue.len() >= state.idle && state.workers < MAX_WORKERS {
+            match self.spawn() {
+                Ok(()) => state.workers += 1,
+                Err(e) if state.workers == 0 => {
+                    tracing::warn!("cannot start a read worker: {e}");
+                    state.waiting -= 1;
+                    return Err(job);
+                }
+                // The running workers take it in turn.
+                Err(e) => tracing::debug!("cannot start another read worker: {e}"),
+            }
+        }
+        state.queue.push_back((file, job));
+        self.shared.work.notify_one();
+        Ok(())
+    }
+
+    fn spawn(&self) -> std::io::Result<()> {
+        let shared = self.shared.clone();
+        std::thread::Builder::new()
+            .name("verityfs-read".into())
+            .spawn(move || shared.serve())
+            .map(drop)
+    }
+}
+
+impl<J: Job> Drop for Readers<J> {
+    fn drop(&mut self) {
+        let (queue, files) = {
+            let mut state = self.shared.lock();
+            state.stopped = true;
+            state.waiting = 0;
+            (
+                std::mem::take(&mut state.queue),
+                std::mem::take(&mut state.files),
+            )
+        };
+        self.shared.work.notify_all();
+        self.shared.room.notify_all();
+        // Outside the lock: dropping a FUSE reply sends it.
+        drop((queue, files));
+    }
+}
+
+impl<J: Job> Shared<J> {
+    fn lock(&self) -> MutexGuard<'_, State<J>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A worker: serves reads until stopped or idle for [`IDLE`].
+    fn serve(&self) {
+        let mut buf = Vec::new();
+        let mut state = self.lock();
+        let mut done = None;
+        while !state.stopped {
+            let Some((file, job)) = state.next(done.take()) else {
+                state.idle += 1;
+                let (guard, waited) = self
+                    .work
+                    .wait_timeout(state, IDLE)
+                    .unwrap_or_else(|p| p.into_inner());
+                state = guard;
+                state.idle -= 1;
+                if waited.timed_out() && state.queue.is_empty() {
+                    break;
+                }
+                continue;
+            };
+            self.room.notify_one();
+            drop(state);
+            // A read that panics fails alone (its reply, dropped unsent,
+            // fails it) and its worker and file's count of workers go on.
+            let run = std::panic::AssertUnwindSafe(|| job.run(&mut buf));
+            if std::panic::catch_unwind(run).is_err() {
+                tracing::error!("a read panicked");
+            }
+            done = Some(file);
+            state = self.lock();
+        }
+        state.workers -= 1;
+    }
+}
+
+impl<J> State<J> {
+    /// The next read for a worker that has just served one of file `done`
+    /// (if it has): the next waiting for that file, else the first in the
+    /// queue whose file has fewer than [`PER_FILE`] running (those that
+    /// have as many are parked with them on the way).
+    fn next(&mut self, done: Option<u64>) -> Option<(u64, J)> {
+        let served = done.and_then(|file| Some((file, self.files.get_mut(&file)?)));
+        if let Some((file, served)) = served {
+            if let Some(job) = served.parked.pop_front() {
+                self.waiting -= 1;
+                return Some((file, job));
+            }
+            served.running -= 1;
+            if served.running == 0 {
+                self.files.remove(&file);
+            }
+        }
+        while let Some((file, job)) = self.queue.pop_front() {
+            let entry = self.files.entry(file).or_insert_with(|| FileReads {
+                running: 0,
+                parked: VecDeque::new(),
+            });
+            if entry.running < PER_FILE {
+                entry.running += 1;
+                self.waiting -= 1;
+                return Some((file, job));
+            }
+            entry.parked.push_back(job);
+        }
+        None
+    }
+}
+
+fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    condvar.wait(guard).unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::{self, RecvTimeoutError};
+    use std::time::Instant;
+
+    /// Longer than anything here takes unless it hangs.
+    const LONG: Duration = Duration::from_secs(10);
+
+    /// A read that waits at its gate, then sends its number.
+    struct Task {
+        gate: Gate,
+        done: mpsc::Sender<usize>,
+        number: usize,
+    }
+
+    /// The number of a read that panics.
+    const PANICS: usize = usize::MAX;
+
+    impl Job for Task {
+        fn run(self, _: &mut Vec<u8>) {
+            assert_ne!(self.number, PANICS, "a read that panics");
+            self.gate.wait();
+            let _ = self.done.send(self.number);
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct Gate(Arc<(Mutex<bool>, Condvar)>);
+
+    impl Gate {
+        fn wait(&self) {
+            let (open, opened) = &*self.0;
+            let mut open = open.lock().unwrap();
+            while !*open {
+                open = opened.wait(open).unwrap();
+            }
+        }
+
+        fn open(&self) {
+            *self.0 .0.lock().unwrap() = true;
+            self.0 .1.notify_all();
+        }
+    }
+
+    /// Submits reads `numbers` of `file`, waiting at `gate`.
+    fn submit(
+        readers: &Readers<Task>,
+        file: u64,
+        gate: &Gate,
+        done: &mpsc::Sender<usize>,
+        numbers: std::ops::Range<usize>,
+    ) {
+        for number in numbers {
+            let (gate, done) = (gate.clone(), done.clone());
+            let task = Task { gate, done, number };
+            assert!(readers.submit(file, task).is_ok());
+        }
+    }
+
+    /// The next `n` numbers sent, sorted.
+    fn received(finished: &mpsc::Receiver<usize>, n: usize) -> Vec<usize> {
+        let mut got: Vec<usize> = (0..n)
+            .map(|_| finished.recv_timeout(LONG).expect("a read served"))
+            .collect();
+        got.sort_unstable();
+        got
+    }
+
+    /// Waits until the workers' state passes `check`.
+    fn wait_until(readers: &Readers<Task>, check: impl Fn(&State<Task>) -> bool) {
+        let start = Instant::now();
+        while !check(&readers.shared.lock()) {
+            assert!(start.elapsed() < LONG, "the workers never got there");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Whether file 1 has `running` reads running and `parked` parked.
+    fn file_1(running: usize, parked: usize) -> impl Fn(&State<Task>) -> bool {
+        move |state| {
+            let file = state.files.get(&1);
+            file.is_some_and(|f| (f.running, f.parked.len()) == (running, parked))
+        }
+    }
+
+    #[test]
+    fn reads_stuck_on_one_file_leave_workers_for_the_others() {
+        let readers = Readers::new();
+        let (stuck, free) = (Gate::default(), Gate::default());
+        free.open();
+        let (done, finished) = mpsc::channel();
+        submit(&readers, 1, &stuck, &done, 0..2 * PER_FILE);
+        wait_until(&readers, file_1(PER_FILE, PER_FILE));
+        submit(&readers, 2, &free, &done, 1000..1000 + PER_FILE);
+        assert_eq!(
+            received(&finished, PER_FILE),
+            (1000..1000 + PER_FILE).collect::<Vec<_>>()
+        );
+        assert!(finished.try_recv().is_err(), "a stuck read ended");
+        stuck.open();
+        assert_eq!(
+            received(&finished, 2 * PER_FILE),
+            (0..2 * PER_FILE).collect::<Vec<_>>()
+        );
+        wait_until(&readers, |state| {
+            state.files.is_empty() && state.waiting == 0
+        });
+        assert!(readers.shared.lock().workers <= MAX_WORKERS);
+    }
+
+    #[test]
+    fn stopping_drops_waiting_reads_and_waits_for_none() {
+        let readers = Readers::new();
+        let stuck = Gate::default();
+        let (done, finished) = mpsc::channel();
+        submit(&readers, 1, &stuck, &done, 0..2 * PER_FILE);
+        drop(done);
+        wait_until(&readers, file_1(PER_FILE, PER_FILE));
+        let start = Instant::now();
+        drop(readers);
+        assert!(start.elapsed() < LONG, "stopping waited for running reads");
+        stuck.open();
+        // The running reads end; those waiting were dropped unserved.
+        let served = std::iter::from_fn(|| match finished.recv_timeout(LONG) {
+            Ok(number) => Some(number),
+            Err(RecvTimeoutError::Disconnected) => None,
+            Err(RecvTimeoutError::Timeout) => panic!("a read neither served nor dropped"),
+        });
+        assert_eq!(served.count(), PER_FILE);
+    }
+
+    /// A file's count of workers is kept right through panics: as many
+    /// as may serve it at once panic, and the next read of it is served.
+    #[test]
+    fn a_read_that_panics_fails_alone() {
+        let readers = Readers::new();
+        let gate = Gate::default();
+        gate.open();
+        let (done, finished) = mpsc::channel();
+        for _ in 0..PER_FILE {
+            let task = Task {
+                gate: gate.clone(),
+                done: done.clone(),
+                number: PANICS,
+            };
+            assert!(readers.submit(1, task).is_ok());
+        }
+        submit(&readers, 1, &gate, &done, 0..1);
+        assert_eq!(received(&finished, 1), [0]);
+    }
+}
