@@ -53,6 +53,11 @@ pub struct EnableRequest<'a> {
 /// The file's filesystem must support `user.` extended attributes (ext4,
 /// xfs, btrfs, tmpfs since Linux 6.6...): the location record lives there.
 ///
+/// The blocks of the appended metadata lie where the filesystem puts them,
+/// on ext4 away from the data; a caller that has a writable directory on
+/// the same filesystem should then call [`place_together`](crate::place_together), as the mount
+/// does, so that a small file read whole costs one device request.
+///
 /// # Example
 ///
 /// ```

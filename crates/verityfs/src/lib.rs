@@ -53,8 +53,8 @@
 //! ```
 
 // Unsafe code is refused except where it cannot be avoided: the SHA-NI
-// intrinsics of the multi-buffer SHA-256 and the OpenSSL calls of built-in
-// signatures. Every unsafe block says why it is sound (the workspace
+// intrinsics of the multi-buffer SHA-256, the OpenSSL calls of built-in
+// signatures and ext4's extent-swapping ioctl (`placement`). Every unsafe block says why it is sound (the workspace
 // denies `clippy::undocumented_unsafe_blocks`).
 #![deny(unsafe_code)]
 
@@ -75,6 +75,8 @@ pub mod image;
 pub mod layout;
 mod open;
 pub mod params;
+#[allow(unsafe_code)]
+mod placement;
 mod read_metadata;
 mod reader;
 // Public for its benchmark (`benches/sha256_mb.rs`) only.
@@ -102,6 +104,7 @@ pub use hash_algs::{Digest, HashAlgorithm, SaltedHasher};
 pub use layout::{EnablingRecord, Location, XATTR_PREFIX};
 pub use open::{ReadOptions, Verifier, VerityFile};
 pub use params::{MerkleTreeParams, Salt};
+pub use placement::place_together;
 pub use read_metadata::MetadataType;
 pub use reader::{corruption, VerifiedReader};
 pub use source::{Lent, Source};

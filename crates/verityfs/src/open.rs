@@ -25,7 +25,7 @@ use crate::stats::Counters;
 /// whole, and its data, tree and descriptor then cost one or two device
 /// requests (two where the filesystem keeps the gap before the tree on the
 /// disk too) instead of three.
-const WHOLE_FILE_PREFETCH_BYTES: u64 = 1 << 20;
+pub(crate) const WHOLE_FILE_PREFETCH_BYTES: u64 = 1 << 20;
 
 /// Trees up to this size (of up to 64 MiB of data with 4 KiB blocks and
 /// SHA-256) are fetched with the descriptor when the file is opened: one
