@@ -13,7 +13,7 @@
 //! mount` is enabled through the mount, as by `enable`.
 
 use std::ffi::{OsStr, OsString};
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::path::Path;
 
@@ -110,10 +110,28 @@ impl EnableArgs {
             };
             verityfs::enable_verity(&file, request)
         });
+        if enabled.is_ok() {
+            place_together(&file, Path::new(name));
+        }
         bar.finish_and_clear();
         enabled
             .map(drop)
             .map_err(|e| Error::msg(quote("can't enable verity on '", name, &format!("': {e}"))))
+    }
+}
+
+/// Lays out the just enabled verity file `file` at `path` on the disk with
+/// its data and metadata together, as a mount does after an enable (see
+/// [`verityfs::place_together`]), making the scratch copy in its
+/// directory. An optimisation only: the file is verity either way, so a
+/// failure is not reported.
+pub fn place_together(file: &File, path: &Path) {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    if let Ok(dir) = File::open(dir) {
+        let _ = verityfs::place_together(file, &dir);
     }
 }
 

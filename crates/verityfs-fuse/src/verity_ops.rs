@@ -136,6 +136,13 @@ impl VerityFs {
         let check = |d: &verityfs::Descriptor, sig: &[u8]| Ok(policy.check(d, sig)?);
         let descriptor = enable_verity_checked(&file, request, &check).map_err(lib_errno)?;
         tracing::debug!(digest = %descriptor.file_digest(), "enabled verity on inode {}", inode.ino.0);
+        // The scratch copy goes in the backing directory, the one directory
+        // known to be ours; for a caller who cannot write there, or a file
+        // on another filesystem, the blocks stay where they are.
+        let root = self.inode(fuser::INodeNo::ROOT)?;
+        if let Err(e) = verityfs::place_together(&file, &root.fd) {
+            tracing::debug!("inode {}: blocks not moved together: {e}", inode.ino.0);
+        }
         Ok(())
     }
 

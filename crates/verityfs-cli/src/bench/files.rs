@@ -211,7 +211,8 @@ fn create(path: &Path) -> Result<File> {
 }
 
 /// Enables verity with fsverity's defaults (SHA-256, 4 KiB blocks) through
-/// the library, on the backing file directly.
+/// the library, on the backing file directly, and lays the file out on the
+/// disk as a mount's enable does.
 fn enable(file: &File, path: &Path) -> Result<()> {
     enable_verity(
         file,
@@ -221,8 +222,9 @@ fn enable(file: &File, path: &Path) -> Result<()> {
             progress: &mut |_| true,
         },
     )
-    .map(drop)
-    .ctx(format!("can't enable verity on '{}'", path.display()))
+    .ctx(format!("can't enable verity on '{}'", path.display()))?;
+    crate::cmd_enable::place_together(file, path);
+    Ok(())
 }
 
 #[cfg(test)]
