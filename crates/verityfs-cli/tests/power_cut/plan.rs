@@ -79,9 +79,18 @@ impl Plan {
         let count = 2 + rng.usize(..2);
         let files: Vec<VerityFile> = (0..count)
             .map(|i| {
-                // 1 to 64 MiB, mostly small, rarely a multiple of a block.
-                let size = (1usize << (20 + rng.pick(&[0, 0, 0, 1, 1, 2, 3, 4, 6])))
-                    - rng.usize(..1 << 19);
+                // 1 byte to 64 MiB, mostly small, rarely a multiple of a
+                // block. Files read whole at open (under 1 MiB with their
+                // metadata) have their blocks moved together after the
+                // enable: a quarter are under 64 KiB, so that cuts land
+                // there too.
+                let size = match rng.percent(25) {
+                    true => 1 + rng.usize(..64 << 10),
+                    false => {
+                        (1usize << (20 + rng.pick(&[0, 0, 0, 1, 1, 2, 3, 4, 6])))
+                            - rng.usize(..1 << 19)
+                    }
+                };
                 let salt_len = rng.pick(&[0, 0, 1, 16, 32]);
                 let salt = (0..salt_len).fold(String::new(), |mut s, _| {
                     let _ = write!(s, "{:02x}", rng.u8(..));
