@@ -5,8 +5,8 @@
 //! for files enabled through a mount (written just before, and written and
 //! flushed to the disk earlier) and with `verityfs enable-offline`.
 //!
-//! The backing directories are in the temporary directory, which must be on
-//! ext4.
+//! The backing directories are in the target directory's temporary
+//! directory, which must be on ext4.
 
 mod common;
 
@@ -58,15 +58,18 @@ fn assert_together(path: &Path) {
     );
 }
 
-/// Asserts that `dir` is on ext4, where the placement applies.
-fn assert_ext4(dir: &Path) {
-    let fs = rustix::fs::statfs(dir).unwrap();
+/// A fresh directory in the target directory, which must be on ext4, where
+/// the placement applies.
+fn ext4_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let fs = rustix::fs::statfs(dir.path()).unwrap();
     assert!(
         fs.f_type == libc::EXT4_SUPER_MAGIC as _,
         "{} is not on ext4 (filesystem type {:#x}): this test needs ext4",
-        dir.display(),
+        dir.path().display(),
         fs.f_type
     );
+    dir
 }
 
 /// Writes `FILES` pairs of files of each size through `dir`: `NAME.plain`
@@ -87,8 +90,8 @@ fn write_pairs(dir: &Path, prefix: &str) -> Vec<String> {
 
 #[test]
 fn files_enabled_through_a_mount_lie_together() {
-    let mount = Mount::new();
-    assert_ext4(&mount.backing);
+    let dir = ext4_dir();
+    let mount = Mount::of_backing(dir.path(), &[]);
     // Written just before the enable: the data is not on the disk yet.
     let fresh = write_pairs(&mount.mnt, "fresh");
     for name in &fresh {
@@ -109,8 +112,7 @@ fn files_enabled_through_a_mount_lie_together() {
 
 #[test]
 fn files_enabled_offline_lie_together() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    assert_ext4(dir.path());
+    let dir = ext4_dir();
     let names = write_pairs(dir.path(), "offline");
     for name in &names {
         run_ok(
