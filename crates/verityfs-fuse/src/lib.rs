@@ -31,6 +31,7 @@ mod invalidate;
 #[doc(hidden)]
 pub mod ioctl;
 mod mount;
+mod mount_point;
 mod mountinfo;
 mod placement;
 mod policy;

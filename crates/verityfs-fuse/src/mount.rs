@@ -17,7 +17,8 @@ use crate::direct_mount;
 use crate::fs::{MountOptions, VerityFs};
 use crate::image_fs::ImageFs;
 use crate::invalidate::Invalidator;
-use crate::mountinfo::mount_on;
+use crate::mount_point::MountPoint;
+use crate::mountinfo::MountEntry;
 use crate::placement::FSTYPE;
 
 /// The kernel's readahead window for the mount, in KiB. FUSE mounts get
@@ -32,8 +33,7 @@ const READ_AHEAD_KB: u32 = 4096;
 /// daemons), and how to unmount it when serving ends.
 #[derive(Default)]
 pub(crate) struct MountState {
-    /// The canonical mount point and the mount's `MAJ:MIN`.
-    mounted: OnceLock<(PathBuf, String)>,
+    ours: OnceLock<Arc<OurMount>>,
     unmounter: Mutex<Option<SessionUnmounter>>,
     notifier: OnceLock<Notifier>,
 }
@@ -41,10 +41,8 @@ pub(crate) struct MountState {
 impl MountState {
     /// Whether the mount is read-only now (mounted `ro`, or remounted so).
     pub(crate) fn read_only(&self) -> bool {
-        let Some((point, device)) = self.mounted.get() else {
-            return false;
-        };
-        matches!(mount_on(point), Ok(Some(m)) if &m.device == device && m.read_only())
+        let entry = self.ours.get().map(|ours| ours.entry());
+        matches!(entry, Some(Ok((_, m))) if m.read_only())
     }
 
     /// Drops the kernel's cached attributes of `ino`, after a change the
@@ -61,10 +59,7 @@ impl MountState {
 
     /// Whether our mount is still in the mount table.
     fn present(&self) -> bool {
-        let Some((point, device)) = self.mounted.get() else {
-            return false;
-        };
-        matches!(mount_on(point), Ok(Some(m)) if &m.device == device)
+        self.ours.get().is_some_and(|ours| ours.entry().is_ok())
     }
 
     /// Unmounts at the end of serving. After an external `umount`, a
@@ -89,11 +84,9 @@ impl MountState {
         }
     }
 
-    /// Records the mount of `session` on `mountpoint`.
-    fn mounted<FS: fuser::Filesystem>(&self, session: &mut Session<FS>, mountpoint: &Path) {
-        if let Some(device) = mount_device(mountpoint) {
-            let _ = self.mounted.set((mountpoint.to_owned(), device));
-        }
+    /// Records `ours`, the mount of `session`.
+    fn mounted<FS: fuser::Filesystem>(&self, session: &mut Session<FS>, ours: Arc<OurMount>) {
+        let _ = self.ours.set(ours);
         *self.unmounter.lock().unwrap_or_else(|p| p.into_inner()) =
             Some(session.unmount_callable());
         let _ = self.notifier.set(session.notifier());
@@ -134,22 +127,15 @@ impl Mountable for ImageFs {
 /// in their digest, not in the publisher, is asked for.
 const IMAGE_FORCED: &[&str] = &["nodev", "nosuid"];
 
-/// Sets the mount's readahead window (`/sys/class/bdi/MAJ:MIN/read_ahead_kb`,
-/// writable by root only; others keep the default). It must not stat the
-/// mountpoint: that would be a FUSE request nobody serves yet.
-fn tune_readahead(mountpoint: &Path) {
-    let Some(device) = mount_device(mountpoint) else {
-        return;
-    };
+/// Sets the readahead window of the mount of `device` (`MAJ:MIN`), in
+/// `/sys/class/bdi/MAJ:MIN/read_ahead_kb` (writable by root only; others
+/// keep the default). The device is the mount table's: a stat of the
+/// mount point would be a FUSE request nobody serves yet.
+fn tune_readahead(device: &str) {
     let path = format!("/sys/class/bdi/{device}/read_ahead_kb");
     if let Err(e) = std::fs::write(&path, READ_AHEAD_KB.to_string()) {
         tracing::debug!("cannot set {path}: {e}");
     }
-}
-
-/// The `MAJ:MIN` of the filesystem mounted last on `mountpoint`.
-fn mount_device(mountpoint: &Path) -> Option<String> {
-    Some(mount_on(mountpoint).ok()??.device)
 }
 
 /// Pairs of opposite flags: the last one given wins, as with mount(8).
@@ -257,7 +243,9 @@ fn fuse_config(fsname: &str, options: &MountOptions, forced: &[&str]) -> Config 
 }
 
 /// A mount point, resolved once: the directory mounted on, and its path
-/// as the mount table will show it.
+/// as the mount table shows it before the mount (for the checks before
+/// it, messages, and `fusermount3`; once mounted, [`OurMount`] knows
+/// where the mount is).
 struct Target<'a> {
     dir: &'a OpenedDir,
     path: PathBuf,
@@ -290,18 +278,19 @@ fn image_options(options: MountOptions) -> MountOptions {
     }
 }
 
-/// Mounts `fs` named `fsname` on `target`, and tells it so. The mount is
-/// made on the target's descriptor ([`direct_mount`]); where that takes
-/// `fusermount3`, fuser runs it on the target's path, which `fusermount3`
-/// resolves again with the rights of the user who mounts (refusing a
-/// final symbolic link, and mounting on the directory it changed into).
+/// Mounts `fs` named `fsname` on `target`, and tells it so; returns the
+/// session and the mount. The mount is made on the target's descriptor
+/// ([`direct_mount`]); where that takes `fusermount3`, fuser runs it on
+/// the target's path, which `fusermount3` resolves again with the rights
+/// of the user who mounts (refusing a final symbolic link, and mounting on
+/// the directory it changed into).
 fn new_session<FS: Mountable>(
     fs: FS,
     fsname: &str,
     target: &Target,
     options: &MountOptions,
     forced: &[&str],
-) -> io::Result<Session<FS>> {
+) -> io::Result<(Session<FS>, Arc<OurMount>)> {
     let state = fs.mount_state();
     let invalidator = fs.invalidator();
     let config = fuse_config(fsname, options, forced);
@@ -320,9 +309,12 @@ fn new_session<FS: Mountable>(
     if let Some(invalidator) = invalidator {
         invalidator.serve(session.notifier())?;
     }
-    tune_readahead(mountpoint);
-    state.mounted(&mut session, mountpoint);
-    Ok(session)
+    let ours = Arc::new(OurMount::made_on(target.dir));
+    if let Ok((_, device)) = &ours.known {
+        tune_readahead(device);
+    }
+    state.mounted(&mut session, ours.clone());
+    Ok((session, ours))
 }
 
 /// Mounts a verityfs of `backing` on the directory `mountpoint` (opened
@@ -359,13 +351,12 @@ fn serve<FS: Mountable>(
 ) -> io::Result<()> {
     // Modes from the kernel are already masked with the caller's umask.
     rustix::process::umask(rustix::fs::Mode::empty());
-    let session = new_session(fs, fsname, target, options, forced)?;
-    let mountpoint = &target.path;
-    // Unmounted by name only while the name leads to our mount, never
+    let (session, ours) = new_session(fs, fsname, target, options, forced)?;
+    // Unmounted only while its place still holds our mount, never
     // through a symlink (fuser's own unmount follows whatever the name
     // leads to: a user owning a parent directory could put another mount
     // there).
-    let signalled = OurMount::at(mountpoint);
+    let signalled = ours.clone();
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])?;
     std::thread::Builder::new()
         .name("signals".into())
@@ -377,7 +368,7 @@ fn serve<FS: Mountable>(
                 }
             }
         })?;
-    tracing::info!("serving {fsname} on {}", mountpoint.display());
+    tracing::info!("serving {fsname} on {}", ours.name());
     ended(join_without_unmount(session.spawn()?))
 }
 
@@ -417,27 +408,54 @@ fn ended(served: io::Result<()>) -> io::Result<()> {
 /// detaches it.
 const BUSY_RETRY: Duration = Duration::from_secs(2);
 
-/// Our mount, as the name and device it had when it was made.
+/// Our mount: its place ([`MountPoint`]: the parent directory held open,
+/// and the name there) and its device, as they were once it was made.
 struct OurMount {
-    point: PathBuf,
-    device: Option<String>,
+    /// The place and the device (`MAJ:MIN`), or why they could not be
+    /// had: then nothing there is taken for our mount.
+    known: Result<(MountPoint, String), String>,
 }
 
 impl OurMount {
-    /// The mount just made on `point`.
-    fn at(point: &Path) -> OurMount {
-        let device = mount_device(point);
-        OurMount {
-            point: point.to_path_buf(),
-            device,
+    /// The mount just made on `dir`.
+    fn made_on(dir: &OpenedDir) -> OurMount {
+        let known = MountPoint::of(dir.fd()).and_then(|point| match point.mount()? {
+            Some(m) => Ok((point, m.device)),
+            None => Err(io::Error::other("it is not in the mount table")),
+        });
+        let known = known.map_err(|e| {
+            tracing::warn!("cannot tell where the mount is ({e}): it will not be unmounted");
+            e.to_string()
+        });
+        OurMount { known }
+    }
+
+    /// Its path now, for messages.
+    fn name(&self) -> String {
+        match &self.known {
+            Ok((point, _)) => match point.path() {
+                Ok(path) => path.display().to_string(),
+                Err(e) => format!("the mount (its path: {e})"),
+            },
+            Err(_) => "the mount".into(),
         }
     }
 
-    /// Whether its name still leads to it: a user owning a parent
-    /// directory can move the mount and put another one (or a symlink to
-    /// one) in its place, which root must not unmount.
-    fn still_there(&self) -> bool {
-        self.device.is_some() && mount_device(&self.point) == self.device
+    /// Its place and entry in the mount table, while the place still
+    /// holds it: the mount may have been moved away (`mount --move`) and
+    /// another one made there, which root must not unmount.
+    fn entry(&self) -> io::Result<(&MountPoint, MountEntry)> {
+        let (point, device) = self
+            .known
+            .as_ref()
+            .map_err(|why| io::Error::other(format!("where the mount is is not known: {why}")))?;
+        match point.mount()? {
+            Some(m) if &m.device == device => Ok((point, m)),
+            _ => Err(io::Error::other(format!(
+                "{} no longer leads to this mount",
+                self.name()
+            ))),
+        }
     }
 
     /// Unmounts it, or if busy, retries and then detaches it
@@ -452,8 +470,8 @@ impl OurMount {
     /// asynchronously), so a busy mount is tried again for a while, then
     /// detached (`umount -l`, as libfuse unmounts): a signal or a dropped
     /// mount ends the mount, and its server stops once the files still
-    /// open are closed. Every attempt is by name, as root: only while the
-    /// name still leads to our mount, never through a final symlink.
+    /// open are closed. Every attempt goes through the mount's place, and
+    /// only while the place still holds our mount.
     fn unmount_busy(&self, error: io::Error) -> io::Result<()> {
         let busy = |e: &io::Error| e.raw_os_error() == Some(libc::EBUSY);
         if !busy(&error) {
@@ -467,16 +485,17 @@ impl OurMount {
                 unmounted => return unmounted,
             }
         }
-        tracing::warn!("{} still busy: detaching it", self.point.display());
+        tracing::warn!("{} still busy: detaching it", self.name());
         self.unmount(UnmountFlags::DETACH)
     }
 
+    /// Unmounts it through its place, after checking that the place holds
+    /// it: no rename or symbolic link above the place can send the
+    /// unmount elsewhere in between, and a mount made on top of ours
+    /// since would be its owner's own (who may write our root).
     fn unmount(&self, flags: UnmountFlags) -> io::Result<()> {
-        if !self.still_there() {
-            let moved = format!("{} no longer leads to this mount", self.point.display());
-            return Err(io::Error::other(moved));
-        }
-        Ok(unmount(&self.point, flags | UnmountFlags::NOFOLLOW)?)
+        let (point, _) = self.entry()?;
+        Ok(unmount(point.fixed(), flags | UnmountFlags::NOFOLLOW)?)
     }
 }
 
@@ -484,7 +503,7 @@ impl OurMount {
 /// and programs embedding the filesystem).
 pub struct BackgroundMount {
     session: Option<fuser::BackgroundSession>,
-    ours: OurMount,
+    ours: Arc<OurMount>,
 }
 
 impl BackgroundMount {
@@ -495,10 +514,10 @@ impl BackgroundMount {
         let dir = open_dir(mountpoint, None)?;
         let (backing, target) = prepare(backing, &dir)?;
         let fsname = backing.display().to_string();
-        let session = new_session(fs, &fsname, &target, &options, &[])?.spawn()?;
+        let (session, ours) = new_session(fs, &fsname, &target, &options, &[])?;
         Ok(BackgroundMount {
-            session: Some(session),
-            ours: OurMount::at(&target.path),
+            session: Some(session.spawn()?),
+            ours,
         })
     }
 
@@ -513,10 +532,10 @@ impl BackgroundMount {
         let dir = open_dir(mountpoint, None)?;
         let target = Target::new(&dir)?;
         let options = image_options(options);
-        let session = new_session(fs, name, &target, &options, IMAGE_FORCED)?.spawn()?;
+        let (session, ours) = new_session(fs, name, &target, &options, IMAGE_FORCED)?;
         Ok(BackgroundMount {
-            session: Some(session),
-            ours: OurMount::at(&target.path),
+            session: Some(session.spawn()?),
+            ours,
         })
     }
 
@@ -549,7 +568,7 @@ impl BackgroundMount {
 impl Drop for BackgroundMount {
     fn drop(&mut self) {
         if let Err(e) = self.end() {
-            tracing::error!("unmounting {} failed: {e}", self.ours.point.display());
+            tracing::error!("unmounting {} failed: {e}", self.ours.name());
         }
     }
 }
