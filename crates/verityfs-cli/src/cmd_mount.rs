@@ -270,8 +270,8 @@ impl MountArgs {
         }
         let (backing, mountpoint) = (PathBuf::from(backing), PathBuf::from(mountpoint));
         let dir = prepare_directories(&backing, &mountpoint, self.create)?;
-        notify_when_mounted(&dir);
-        verityfs_fuse::run(&backing, &dir, self.options).map_err(|e| mount_error(&e, &dir))
+        verityfs_fuse::run(&backing, &dir, self.options, crate::notify::ready)
+            .map_err(|e| mount_error(&e, &dir))
     }
 
     /// How the image at `location` is read.
@@ -322,10 +322,10 @@ impl MountArgs {
         let fs = ImageFs::open(self.store(location, trust)?, trust, self.options.read)
             .map_err(|e| image_error(e, &name, trust))?;
         let dir = prepare_mountpoint(&mountpoint)?;
-        notify_when_mounted(&dir);
         tracing::info!("image verified: {} entries", fs.entries());
         let name = name.to_string_lossy();
-        verityfs_fuse::run_image(fs, &name, &dir, self.options).map_err(|e| mount_error(&e, &dir))
+        verityfs_fuse::run_image(fs, &name, &dir, self.options, crate::notify::ready)
+            .map_err(|e| mount_error(&e, &dir))
     }
 }
 
@@ -345,14 +345,6 @@ fn image_error(e: LibError, name: &OsStr, trust: &ManifestTrust) -> Error {
     match e {
         LibError::Io(e) => Error::io(quote("can't read the manifest of image '", name, "'"), &e),
         e => Error::msg(quote("image '", name, &format!("': {e}"))).context(mismatch),
-    }
-}
-
-/// Tells systemd when the mount on `dir` is there, if it waits for that.
-fn notify_when_mounted(dir: &OpenedDir) {
-    match dir.path() {
-        Ok(path) => crate::notify::ready_when_mounted(&path),
-        Err(e) => tracing::error!("the mount point's path: {e}"),
     }
 }
 

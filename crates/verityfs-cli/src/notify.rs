@@ -1,6 +1,6 @@
 //! systemd's readiness protocol for `Type=notify` services (sd_notify(3)):
 //! a `READY=1` datagram to the unix socket `NOTIFY_SOCKET` names (a path,
-//! or an abstract name written `@name`), sent once the mount exists, so
+//! or an abstract name written `@name`), sent once the mount is made, so
 //! that units ordered after the service find the filesystem mounted.
 
 use std::ffi::OsStr;
@@ -8,33 +8,15 @@ use std::io;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
-use std::path::Path;
-use std::time::Duration;
 
-/// How often the mount table is looked at while waiting for the mount.
-const POLL_INTERVAL: Duration = Duration::from_millis(20);
-
-/// If systemd waits for readiness (`NOTIFY_SOCKET` is set), starts a thread
-/// that sends `READY=1` as soon as a new mount appears on `mountpoint` (a
-/// canonical path). Does nothing otherwise.
-pub fn ready_when_mounted(mountpoint: &Path) {
+/// Tells systemd that the service is ready, if it waits for that
+/// (`NOTIFY_SOCKET` is set): called once the mount is made.
+pub fn ready() {
     let Some(socket) = std::env::var_os("NOTIFY_SOCKET") else {
         return;
     };
-    let target = mountinfo_escape(mountpoint);
-    let before = mounts_on(&target);
-    let spawned = std::thread::Builder::new()
-        .name("sd-notify".into())
-        .spawn(move || {
-            while mounts_on(&target) <= before {
-                std::thread::sleep(POLL_INTERVAL);
-            }
-            if let Err(e) = send(&socket, b"READY=1") {
-                tracing::error!("cannot notify systemd on {}: {e}", socket.to_string_lossy());
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::error!("cannot start the readiness notifier: {e}");
+    if let Err(e) = send(&socket, b"READY=1") {
+        tracing::error!("cannot notify systemd on {}: {e}", socket.to_string_lossy());
     }
 }
 
@@ -46,27 +28,6 @@ pub fn send(socket: &OsStr, message: &[u8]) -> io::Result<()> {
         None => sender.send_to(message, socket),
     }
     .map(drop)
-}
-
-/// The number of mounts on `target` (escaped as in mountinfo).
-fn mounts_on(target: &str) -> usize {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    info.lines()
-        .filter(|line| line.split(' ').nth(4) == Some(target))
-        .count()
-}
-
-/// A path as `/proc/self/mountinfo` writes it: space, tab, newline and
-/// backslash as octal escapes.
-fn mountinfo_escape(path: &Path) -> String {
-    let mut out = String::new();
-    for c in path.to_string_lossy().chars() {
-        match c {
-            ' ' | '\t' | '\n' | '\\' => out.push_str(&format!("\\{:03o}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -89,10 +50,5 @@ mod tests {
         send(OsStr::new(&format!("@{name}")), b"READY=1").unwrap();
         let n = receiver.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"READY=1");
-    }
-
-    #[test]
-    fn escapes_as_mountinfo_does() {
-        assert_eq!(mountinfo_escape(Path::new("/a b\\c")), "/a\\040b\\134c");
     }
 }

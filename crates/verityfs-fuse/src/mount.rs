@@ -320,13 +320,19 @@ fn new_session<FS: Mountable>(
 /// Mounts a verityfs of `backing` on the directory `mountpoint` (opened
 /// with [`verityfs::safe_dir::open_dir`]) and serves it until it is
 /// unmounted (`umount`, `fusermount3 -u`) or the process gets SIGINT or
-/// SIGTERM, which unmount it cleanly.
-pub fn run(backing: &Path, mountpoint: &OpenedDir, options: MountOptions) -> io::Result<()> {
+/// SIGTERM, which unmount it cleanly. `mounted` is called once the mount
+/// is there (before its requests are served: they wait for the server).
+pub fn run(
+    backing: &Path,
+    mountpoint: &OpenedDir,
+    options: MountOptions,
+    mounted: impl FnOnce(),
+) -> io::Result<()> {
     // Messages about the backing directory name it as the user did.
     let fs = VerityFs::new(backing, options.clone())?;
     let (backing, target) = prepare(backing, mountpoint)?;
     let fsname = backing.display().to_string();
-    serve(fs, &fsname, &target, &options, &[])
+    serve(fs, &fsname, &target, &options, &[], mounted)
 }
 
 /// Mounts the image `fs`, named `name` (its location as given), read-only
@@ -336,22 +342,33 @@ pub fn run_image(
     name: &str,
     mountpoint: &OpenedDir,
     options: MountOptions,
+    mounted: impl FnOnce(),
 ) -> io::Result<()> {
     let target = Target::new(mountpoint)?;
-    serve(fs, name, &target, &image_options(options), IMAGE_FORCED)
+    serve(
+        fs,
+        name,
+        &target,
+        &image_options(options),
+        IMAGE_FORCED,
+        mounted,
+    )
 }
 
-/// Mounts `fs` and serves it until unmounted or signalled.
+/// Mounts `fs`, calls `mounted`, and serves it until unmounted or
+/// signalled.
 fn serve<FS: Mountable>(
     fs: FS,
     fsname: &str,
     target: &Target,
     options: &MountOptions,
     forced: &[&str],
+    mounted: impl FnOnce(),
 ) -> io::Result<()> {
     // Modes from the kernel are already masked with the caller's umask.
     rustix::process::umask(rustix::fs::Mode::empty());
     let (session, ours) = new_session(fs, fsname, target, options, forced)?;
+    mounted();
     // Unmounted only while its place still holds our mount, never
     // through a symlink (fuser's own unmount follows whatever the name
     // leads to: a user owning a parent directory could put another mount
