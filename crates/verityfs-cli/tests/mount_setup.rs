@@ -1,7 +1,8 @@
 //! How `verityfs mount` treats its operands, its mount options and how it
 //! stops: layouts that would deadlock the daemon (a mount point its own
 //! lookups reach), mount points others could redirect (a symbolic link,
-//! another user's link on the path, a link swapped in while mounting), a
+//! another user's link on the path, a link swapped in while mounting, a
+//! parent renamed or swapped for a link once mounted or while unmounting), a
 //! BACKING that does not exist, a mount point that already is a verityfs
 //! mount, messages of failures that are not the user's fault, the mount's
 //! type and source, the usual mount options, and `mount -o remount,ro`.
@@ -481,6 +482,167 @@ fn a_mount_point_swapped_for_a_link_meanwhile_is_never_followed() {
     }
     assert_eq!(fs::read_dir(&victim).unwrap().count(), 0);
     eprintln!("{mounted} mounted in the attacker's directory, {refused} refused");
+}
+
+/// A tmpfs of root's, unmounted when dropped: the mount a redirected
+/// unmount would take down.
+struct Victim(PathBuf);
+
+impl Victim {
+    /// A tmpfs on the new directory `dir`, holding a file `kept`.
+    fn mount(dir: &Path) -> Victim {
+        fs::create_dir(dir).unwrap();
+        run_ok(
+            Command::new("mount")
+                .args(["-t", "tmpfs", "victim"])
+                .arg(dir),
+        );
+        fs::write(dir.join("kept"), b"").unwrap();
+        Victim(dir.to_owned())
+    }
+
+    /// Whether it is still mounted.
+    fn mounted(&self) -> bool {
+        self.0.join("kept").exists()
+    }
+}
+
+impl Drop for Victim {
+    fn drop(&mut self) {
+        let _ = rustix::mount::unmount(&self.0, rustix::mount::UnmountFlags::DETACH);
+    }
+}
+
+/// A directory of nobody's, `attacker`, holding `sub/mnt` (directories of
+/// nobody's) and `lnk`, nobody's symbolic link to `victim`, a directory
+/// of root's holding a mount of root's, `mnt`.
+fn attacker_and_victim(base: &Path) -> (PathBuf, Victim) {
+    let (attacker, victim) = (base.join("attacker"), base.join("victim"));
+    fs::create_dir(&attacker).unwrap();
+    std::os::unix::fs::chown(&attacker, Some(NOBODY), Some(NOBODY)).unwrap();
+    fs::create_dir(&victim).unwrap();
+    let victim = Victim::mount(&victim.join("mnt"));
+    run_ok(as_nobody("mkdir").arg("-p").arg(attacker.join("sub/mnt")));
+    run_ok(
+        as_nobody("ln")
+            .arg("-s")
+            .arg(base.join("victim"))
+            .arg(attacker.join("lnk")),
+    );
+    (attacker, victim)
+}
+
+/// Sends `signal` to the daemon.
+fn signal(daemon: &Spawned, signal: rustix::process::Signal) {
+    rustix::process::kill_process(daemon.pid(), signal).unwrap();
+}
+
+/// Takes the mounts of `backing` down wherever they are.
+fn detach_all(backing: &Path) {
+    for point in mounts_of("self", backing) {
+        let flags = rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW;
+        let unmounted = rustix::mount::unmount(&point, flags);
+        assert!(unmounted.is_ok(), "{}: {unmounted:?}", point.display());
+    }
+}
+
+#[test]
+fn a_mount_point_whose_parent_was_renamed_or_replaced_by_a_link_is_still_found() {
+    let (_dir, base) = open_base();
+    let backing = base.join("b");
+    let (attacker, victim) = attacker_and_victim(&base);
+    let mut daemon = mounted(
+        &mut verityfs_mount(&backing, &attacker.join("sub/mnt")),
+        &backing,
+        &attacker.join("sub/mnt"),
+    );
+    let f = backing.join("f");
+    fs::write(&f, b"stays ordinary").unwrap();
+    // Once mounted, nobody renames the mount point's parent and puts a
+    // link to the victim's directory in its place: the name the mount
+    // was made on now leads to the victim's mount.
+    let moved = attacker.join("moved");
+    run_ok(as_nobody("mv").arg(attacker.join("sub")).arg(&moved));
+    run_ok(
+        as_nobody("mv")
+            .arg(attacker.join("lnk"))
+            .arg(attacker.join("sub")),
+    );
+    assert!(is_mounted(&moved.join("mnt")));
+    // The daemon still sees its own mount's flags where it is now...
+    run_ok(
+        Command::new("mount")
+            .args(["-i", "-o", "remount,ro"])
+            .arg(moved.join("mnt")),
+    );
+    let enabled = raw_enable(&moved.join("mnt/f"), &EnableArg::default());
+    // ...and a signal unmounts that one, not the victim's (checked once
+    // the mount is taken down, whatever the daemon did).
+    signal(&daemon, rustix::process::Signal::TERM);
+    let status = wait_for(&mut daemon.0, EXIT_TIMEOUT);
+    let left = mounts_of("self", &backing);
+    detach_all(&backing);
+    assert!(victim.mounted(), "the victim's mount was unmounted");
+    assert_errno(enabled, libc::EROFS, "enable after remount,ro");
+    assert!(left.is_empty(), "still mounted on {left:?}");
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+}
+
+/// Exchanges DIR/sub and DIR/lnk (renameat2 with `RENAME_EXCHANGE`) as
+/// fast as it can, until killed.
+const EXCHANGER: &str = "\
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+d = os.fsencode(sys.argv[1])
+sub, lnk = os.path.join(d, b'sub'), os.path.join(d, b'lnk')
+while True:
+    libc.renameat2(-100, sub, -100, lnk, 2)
+";
+
+/// How many daemons are signalled while the exchanger runs.
+const SIGNALLED_DAEMONS: usize = 30;
+
+/// How long a signalled daemon is given to exit: it may refuse to unmount
+/// (its place did not show its mount when it looked), which is not what
+/// is tested, so it is not waited for long.
+const SIGNALLED_EXIT: Duration = Duration::from_secs(2);
+
+#[test]
+fn a_parent_swapped_for_a_link_while_unmounting_never_redirects_the_unmount() {
+    let (_dir, base) = open_base();
+    let backing = base.join("b");
+    let (attacker, victim) = attacker_and_victim(&base);
+    let (sub, lnk) = (attacker.join("sub"), attacker.join("lnk"));
+    let mut exited = 0;
+    for round in 0..SIGNALLED_DAEMONS {
+        let mnt = sub.join("mnt");
+        let mut daemon = mounted(&mut verityfs_mount(&backing, &mnt), &backing, &mnt);
+        let exchanger = Spawned::new(
+            as_nobody("/usr/bin/python3")
+                .args(["-c", EXCHANGER])
+                .arg(&attacker),
+        );
+        let deadline = Instant::now() + MOUNT_TIMEOUT;
+        while !fs::symlink_metadata(&lnk).is_ok_and(|m| m.is_dir()) {
+            assert!(Instant::now() < deadline, "the exchanger does not exchange");
+        }
+        signal(&daemon, rustix::process::Signal::TERM);
+        let status = wait_for(&mut daemon.0, SIGNALLED_EXIT);
+        drop(exchanger);
+        if fs::symlink_metadata(&sub).unwrap().is_symlink() {
+            let exchange = rustix::fs::RenameFlags::EXCHANGE;
+            let cwd = rustix::fs::CWD;
+            rustix::fs::renameat_with(cwd, &sub, cwd, &lnk, exchange).unwrap();
+        }
+        detach_all(&backing);
+        drop(daemon);
+        assert!(
+            victim.mounted(),
+            "round {round}: the victim's mount was unmounted"
+        );
+        exited += usize::from(status.is_some_and(|s| s.success()));
+    }
+    eprintln!("{exited} of {SIGNALLED_DAEMONS} daemons unmounted their mount and exited");
 }
 
 /// Stops `pid` (SIGSTOP) until the guard returned is dropped.
