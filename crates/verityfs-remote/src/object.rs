@@ -31,8 +31,10 @@ use crate::store::Remote;
 /// most it grows to.
 const WINDOW: Range<u64> = 2..32;
 
-/// The chunks a stream keeps behind the one it reads.
-const KEPT_BEHIND: u64 = 2;
+/// The chunks a stream keeps behind the one it reads: as many as the
+/// kernel's read-ahead has reads in flight (12 of at most 1 MiB by
+/// default), which the mount's read workers may serve in any order.
+const KEPT_BEHIND: u64 = 6;
 
 /// The size of an object not known yet.
 const UNKNOWN: u64 = u64::MAX;
