@@ -11,6 +11,8 @@ use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::path::Path;
 use std::time::Duration;
 
+use verityfs_fuse::mountinfo;
+
 /// How often the mount table is looked at while waiting for the mount.
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
 
@@ -21,7 +23,7 @@ pub fn ready_when_mounted(mountpoint: &Path) {
     let Some(socket) = std::env::var_os("NOTIFY_SOCKET") else {
         return;
     };
-    let target = mountinfo_escape(mountpoint);
+    let target = mountpoint.to_owned();
     let before = mounts_on(&target);
     let spawned = std::thread::Builder::new()
         .name("sd-notify".into())
@@ -48,25 +50,10 @@ pub fn send(socket: &OsStr, message: &[u8]) -> io::Result<()> {
     .map(drop)
 }
 
-/// The number of mounts on `target` (escaped as in mountinfo).
-fn mounts_on(target: &str) -> usize {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    info.lines()
-        .filter(|line| line.split(' ').nth(4) == Some(target))
-        .count()
-}
-
-/// A path as `/proc/self/mountinfo` writes it: space, tab, newline and
-/// backslash as octal escapes.
-fn mountinfo_escape(path: &Path) -> String {
-    let mut out = String::new();
-    for c in path.to_string_lossy().chars() {
-        match c {
-            ' ' | '\t' | '\n' | '\\' => out.push_str(&format!("\\{:03o}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
+/// The number of mounts on `target`.
+fn mounts_on(target: &Path) -> usize {
+    let mounts = mountinfo::mounts().unwrap_or_default();
+    mounts.iter().filter(|m| m.point == target).count()
 }
 
 #[cfg(test)]
@@ -89,10 +76,5 @@ mod tests {
         send(OsStr::new(&format!("@{name}")), b"READY=1").unwrap();
         let n = receiver.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"READY=1");
-    }
-
-    #[test]
-    fn escapes_as_mountinfo_does() {
-        assert_eq!(mountinfo_escape(Path::new("/a b\\c")), "/a\\040b\\134c");
     }
 }

@@ -713,3 +713,55 @@ fn enable_after_remount_read_only_is_erofs() {
     enable(&f, &[]);
     m.unmount();
 }
+
+/// In BASE ($1), with mounts of another user's making on names that are
+/// not UTF-8 and hold a newline: `verityfs` ($2) mounts on a directory
+/// under one of them (of a name with a space), `remount,ro` still stops
+/// enabling, and SIGTERM unmounts it with exit status 0.
+const ODD_NAMES: &str = r#"
+set -eu
+cd "$1"
+ff=$(printf 'x\377'); nl=$(printf 'a b\nc'); mnt="$ff/m n"
+mkdir "$ff" "$nl" b
+mount -t tmpfs odd "$ff"
+mount -t tmpfs odd "$nl"
+mkdir "$mnt"
+echo data > b/f
+"$2" mount b "$mnt" 2> log & daemon=$!
+tries=0
+until mountpoint -q "$mnt"; do
+    kill -0 "$daemon" 2> /dev/null || { echo "not mounted: $(cat log)"; exit 1; }
+    tries=$((tries + 1)); [ "$tries" -lt 500 ] || { echo "mount timed out"; exit 1; }
+    sleep 0.02
+done
+mount -i -o remount,ro "$mnt"
+if fsverity enable "$mnt/f" 2> err; then echo "enabled on a read-only mount"; exit 1; fi
+grep -q "Read-only file system" err || { echo "enable: $(cat err)"; exit 1; }
+kill -TERM "$daemon"
+status=0; wait "$daemon" || status=$?
+[ "$status" -eq 0 ] || { echo "exit status $status after SIGTERM: $(cat log)"; exit 1; }
+if mountpoint -q "$mnt"; then echo "still mounted after SIGTERM"; exit 1; fi
+echo done
+"#;
+
+#[test]
+fn mount_points_of_any_bytes_in_the_mount_table_break_nothing() {
+    let (_dir, base) = temp_dir();
+    // The mounts stay in a mount namespace of the test's own.
+    let out = run(Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            ODD_NAMES,
+            "sh",
+        ])
+        .arg(&base)
+        .arg(VERITYFS));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert_eq!(stdout.trim(), "done", "{stderr}");
+}

@@ -31,7 +31,7 @@ mod invalidate;
 #[doc(hidden)]
 pub mod ioctl;
 mod mount;
-mod mountinfo;
+pub mod mountinfo;
 mod placement;
 mod policy;
 mod readers;

@@ -1,20 +1,33 @@
 //! The mounts of this process' namespace, from `/proc/self/mountinfo`.
 //! Reading it never touches a filesystem, so it is safe while our own
 //! mount is not served yet, or hung.
+//!
+//! The table is read as bytes: a path in it may be any bytes (another
+//! user may mount on a name that is not UTF-8), and one such line must
+//! not hide the others. Paths are given back exactly, options (which the
+//! kernel writes in ASCII for the filesystems we look at) lossily.
 
+use std::ffi::OsString;
 use std::io;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 /// One mount.
+#[derive(Debug)]
 pub struct MountEntry {
     /// The device of its superblock, `MAJ:MIN`.
     pub device: String,
+    /// The directory of its filesystem at its root (`/` but for bind
+    /// mounts).
+    pub root: PathBuf,
     /// Where it is mounted.
     pub point: PathBuf,
     /// The mount's own flags (`ro`/`rw`, `nosuid`...).
     pub mount_options: String,
     /// The filesystem type (`fuse.verityfs`).
     pub fstype: String,
+    /// What is mounted (a device, or a FUSE filesystem's `fsname`).
+    pub source: OsString,
     /// The superblock's options (`ro`/`rw` first).
     pub super_options: String,
 }
@@ -30,8 +43,8 @@ impl MountEntry {
 
 /// All mounts, in mount order.
 pub fn mounts() -> io::Result<Vec<MountEntry>> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(text.lines().filter_map(parse).collect())
+    let table = std::fs::read("/proc/self/mountinfo")?;
+    Ok(table.split(|&b| b == b'\n').filter_map(parse).collect())
 }
 
 /// The mount on `point` (the last one, which hides the others).
@@ -39,55 +52,84 @@ pub fn mount_on(point: &Path) -> io::Result<Option<MountEntry>> {
     Ok(mounts()?.into_iter().rfind(|m| m.point == point))
 }
 
-fn parse(line: &str) -> Option<MountEntry> {
-    let (mount, fs) = line.split_once(" - ")?;
-    let mount: Vec<&str> = mount.split(' ').collect();
-    let fs: Vec<&str> = fs.split(' ').collect();
+/// One line: `ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - TYPE
+/// SOURCE SUPER_OPTIONS`.
+fn parse(line: &[u8]) -> Option<MountEntry> {
+    let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+    let dash = fields.iter().skip(6).position(|f| *f == b"-")? + 6;
+    let text = |f: &[u8]| String::from_utf8_lossy(f).into_owned();
+    let fs = fields.get(dash + 1..dash + 4)?;
     Some(MountEntry {
-        device: mount.get(2)?.to_string(),
-        point: PathBuf::from(unescape(mount.get(4)?)),
-        mount_options: mount.get(5)?.to_string(),
-        fstype: fs.first()?.to_string(),
-        super_options: fs.get(2)?.to_string(),
+        device: text(fields[2]),
+        root: PathBuf::from(unescape(fields[3])),
+        point: PathBuf::from(unescape(fields[4])),
+        mount_options: text(fields[5]),
+        fstype: text(fs[0]),
+        source: unescape(fs[1]),
+        super_options: text(fs[2]),
     })
 }
 
-/// Undoes the kernel's octal escapes of space, tab, newline and backslash.
-fn unescape(field: &str) -> String {
-    let mut out = String::with_capacity(field.len());
+/// Undoes the kernel's octal escapes (`\040` for a space, `\011` tab,
+/// `\012` newline, `\134` backslash); a backslash not followed by three
+/// octal digits stays as it is.
+fn unescape(field: &[u8]) -> OsString {
+    let mut out = Vec::with_capacity(field.len());
     let mut rest = field;
-    while let Some(at) = rest.find('\\') {
-        out.push_str(&rest[..at]);
-        let code = rest
-            .get(at + 1..at + 4)
-            .and_then(|o| u8::from_str_radix(o, 8).ok());
-        match code {
-            Some(byte) => {
-                out.push(byte as char);
-                rest = &rest[at + 4..];
+    while let Some((&b, tail)) = rest.split_first() {
+        let octal = tail.get(..3).and_then(|d| {
+            d.iter()
+                .all(|c| (b'0'..=b'7').contains(c))
+                .then(|| d.iter().fold(0u32, |n, c| n * 8 + u32::from(c - b'0')))
+        });
+        match (b, octal.and_then(|n| u8::try_from(n).ok())) {
+            (b'\\', Some(byte)) => {
+                out.push(byte);
+                rest = &tail[3..];
             }
-            None => {
-                out.push('\\');
-                rest = &rest[at + 1..];
+            _ => {
+                out.push(b);
+                rest = tail;
             }
         }
     }
-    out.push_str(rest);
-    out
+    OsString::from_vec(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStrExt;
 
     #[test]
     fn parses_a_line() {
-        let line = "45 27 0:40 / /tmp/a\\040b ro,nosuid - fuse.verityfs /srv/b rw,user_id=0";
+        let line =
+            b"45 27 0:40 / /tmp/a\\040b ro,nosuid shared:7 - fuse.verityfs /srv/b rw,user_id=0";
         let m = parse(line).unwrap();
         assert_eq!(m.device, "0:40");
+        assert_eq!(m.root, Path::new("/"));
         assert_eq!(m.point, Path::new("/tmp/a b"));
         assert_eq!(m.fstype, "fuse.verityfs");
+        assert_eq!(m.source, "/srv/b");
         assert!(m.read_only());
-        assert_eq!(unescape("a\\134b\\"), "a\\b\\");
+        assert!(parse(b"45 27 0:40 / /x rw").is_none());
+        assert!(parse(b"").is_none());
+    }
+
+    #[test]
+    fn paths_are_bytes() {
+        let line = b"45 27 0:40 /\xfe /t/\xff\\012\\011\\134 rw - tmpfs t\\054 rw";
+        let m = parse(line).unwrap();
+        assert_eq!(m.root.as_os_str().as_bytes(), b"/\xfe");
+        assert_eq!(m.point.as_os_str().as_bytes(), b"/t/\xff\n\t\\");
+        assert_eq!(m.source.as_bytes(), b"t,");
+        assert_eq!(unescape(b"a\\134b\\").as_bytes(), b"a\\b\\");
+        assert_eq!(unescape(b"/x\\0").as_bytes(), b"/x\\0");
+        assert_eq!(unescape(b"/x\\777").as_bytes(), b"/x\\777");
+    }
+
+    #[test]
+    fn the_root_is_mounted() {
+        assert!(mount_on(Path::new("/")).unwrap().is_some());
     }
 }
