@@ -65,7 +65,7 @@ impl Args for MountArgs {
         .short('o')
         .doc(
             "ro, allow_other, allow_root, noreadahead, cache_size=BYTES, fsname=NAME, \
-             subtype=TYPE, auto_unmount, and the kernel's nodev/dev, nosuid/suid, noexec/exec, \
+             subtype=TYPE, auto_unmount (refused to root), and the kernel's nodev/dev, nosuid/suid, noexec/exec, \
              noatime, sync, dirsync (nodev and nosuid by default); relatime, nodiratime, \
              strictatime, lazytime, rw, nofail, default_permissions... are accepted and ignored, \
              so that /etc/fstab lines written for other FUSE filesystems work.",

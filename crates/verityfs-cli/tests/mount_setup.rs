@@ -364,21 +364,13 @@ fn an_unprivileged_daemon_follows_its_own_links_and_root_s_only() {
     give_link(&base.join("foreign"), STRANGER);
     symlink(&home, base.join("roots")).unwrap();
 
-    // Mounted by fusermount3: in a mount namespace of its own, where
-    // /dev/fuse is a node nobody may open (whatever this machine's mode).
-    let script = format!(
-        "set -e; mknod {dev} c 10 229; chmod 0666 {dev}; mount --bind {dev} /dev/fuse; \
-         exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups {VERITYFS} mount {b} {m}",
-        dev = base.join("fuse").display(),
-        b = backing.display(),
-        m = base.join("roots/mine/new/mnt").display(),
-    );
-    let mut unshared = Command::new("unshare");
-    unshared
-        .args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(&script);
     let shown = home.join("real/new/mnt");
-    let daemon = mounted(&mut unshared, &backing, &shown);
+    let mnt = base.join("roots/mine/new/mnt");
+    let daemon = mounted(
+        &mut nobody_mount(&base, &[&backing, &mnt], &[]),
+        &backing,
+        &shown,
+    );
     // Its mount namespace ends with it.
     drop(daemon);
     let m = fs::metadata(&shown).unwrap();
@@ -393,6 +385,33 @@ fn an_unprivileged_daemon_follows_its_own_links_and_root_s_only() {
     let want = format!("is a symbolic link of uid {STRANGER}, not followed (only links of root's or uid {NOBODY}'s are)");
     assert!(stderr.contains(&want), "{stderr}");
     assert!(!home.join("real/other").exists());
+}
+
+/// Sets up the mount namespace of [`nobody_mount`] (the node BASE/fuse is
+/// `$1`), then runs the rest of its arguments as uid and gid `$2`.
+const AS_NOBODY_WITH_FUSE: &str = r#"
+set -e
+dev=$1; id=$2; shift 2
+mknod "$dev" c 10 229; chmod 0666 "$dev"; mount --bind "$dev" /dev/fuse
+echo user_allow_other > "$dev.conf"; mount --bind "$dev.conf" /etc/fuse.conf
+exec setpriv --reuid="$id" --regid="$id" --clear-groups "$@"
+"#;
+
+/// `verityfs mount ARGS EXTRA` run by `nobody`, so mounted by
+/// fusermount3: in a mount namespace of its own (which ends with the
+/// daemon), where /dev/fuse is a node nobody may open (whatever this
+/// machine's mode) and fuse.conf lets users give `allow_root`.
+fn nobody_mount(base: &Path, args: &[&Path], extra: &[&str]) -> Command {
+    let mut unshared = Command::new("unshare");
+    unshared
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .args([AS_NOBODY_WITH_FUSE, "sh"])
+        .arg(base.join("fuse"))
+        .arg(NOBODY.to_string())
+        .args([VERITYFS, "mount"])
+        .args(args)
+        .args(extra);
+    unshared
 }
 
 /// Swaps DIR/mnt for a symbolic link to VICTIM and back, as fast as it
@@ -643,7 +662,6 @@ fn common_mount_options_are_accepted() {
         "diratime",
         "default_permissions",
         "allow_root",
-        "auto_unmount",
         "dirsync",
         "sync",
         "async",
@@ -764,4 +782,40 @@ fn mount_points_of_any_bytes_in_the_mount_table_break_nothing() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}{stderr}");
     assert_eq!(stdout.trim(), "done", "{stderr}");
+}
+
+/// A directory of `nobody`'s in `base`, with `names` made in it by
+/// `nobody`.
+fn nobody_home(base: &Path, names: &[&str]) -> PathBuf {
+    let home = base.join("home");
+    fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
+    for name in names {
+        run_ok(as_nobody("mkdir").arg(home.join(name)));
+    }
+    home
+}
+
+#[test]
+fn auto_unmount_is_refused_to_root_only() {
+    let (_dir, base) = open_base();
+    let home = nobody_home(&base, &["mnt"]);
+    let mnt = home.join("mnt");
+    let err = assert_mount_refused(
+        &base,
+        &[Path::new("b"), &mnt],
+        &["-o", "auto_unmount"],
+        &mnt,
+    );
+    let want = "auto_unmount is refused to root: fusermount3 would look the mount point up \
+                again as root, following symbolic links others may have put on the path";
+    assert!(err.contains(want), "{err}");
+    // A user's fusermount3 looks the path up with that user's rights.
+    let backing = base.join("b");
+    let daemon = mounted(
+        &mut nobody_mount(&base, &[&backing, &mnt], &["-o", "auto_unmount"]),
+        &backing,
+        &mnt,
+    );
+    drop(daemon);
 }
