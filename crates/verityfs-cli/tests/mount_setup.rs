@@ -796,6 +796,18 @@ fn nobody_home(base: &Path, names: &[&str]) -> PathBuf {
     home
 }
 
+/// The `/proc/PID/mountinfo` line of the mount on `mnt` in the mount
+/// namespace of `daemon`.
+fn mountinfo_line_of(daemon: &Spawned, mnt: &Path) -> String {
+    let pid = daemon.pid().as_raw_nonzero();
+    fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+        .unwrap()
+        .lines()
+        .find(|l| l.split(' ').nth(4) == mnt.to_str())
+        .unwrap_or_else(|| panic!("{} is not mounted", mnt.display()))
+        .to_owned()
+}
+
 #[test]
 fn auto_unmount_is_refused_to_root_only() {
     let (_dir, base) = open_base();
@@ -818,4 +830,42 @@ fn auto_unmount_is_refused_to_root_only() {
         &mnt,
     );
     drop(daemon);
+}
+
+#[test]
+fn a_comma_in_the_backing_path_adds_no_mount_option() {
+    let injected = "b,allow_other,max_read=4096";
+    let (_dir, base) = open_base();
+    let home = nobody_home(&base, &[injected, "mnt"]);
+    let (backing, mnt) = (home.join(injected), home.join("mnt"));
+    let mut cmd = nobody_mount(&base, &[&backing, &mnt], &[]);
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut daemon = Spawned::new(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap()),
+    );
+    let pid = daemon.pid().as_raw_nonzero().to_string();
+    let deadline = Instant::now() + MOUNT_TIMEOUT;
+    while !mounts_of(&pid, &backing).contains(&mnt) {
+        let stderr = fs::read_to_string(log.path()).unwrap();
+        let info = fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+        let line = info.lines().find(|l| l.split(' ').nth(4) == mnt.to_str());
+        if let Some(line) = line {
+            panic!("mounted with another source or options: {line}");
+        }
+        if let Some(status) = daemon.0.try_wait().unwrap() {
+            panic!("exited ({status}) without mounting: {stderr}");
+        }
+        assert!(Instant::now() < deadline, "no mount on {}", mnt.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let line = mountinfo_line_of(&daemon, &mnt);
+    let super_options = line.split(' ').next_back().unwrap();
+    for option in super_options.split(',') {
+        assert!(
+            option != "allow_other" && !option.starts_with("max_read="),
+            "{line}"
+        );
+    }
 }

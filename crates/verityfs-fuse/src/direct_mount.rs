@@ -95,3 +95,40 @@ fn flag(option: &MountOption) -> MountFlags {
         _ => MountFlags::empty(),
     }
 }
+
+/// `config` as `fusermount3` must be given it: the `fsname` (a path,
+/// which may hold commas) with `\` and `,` escaped as libfuse does, since
+/// fuser joins the options with commas and `fusermount3` splits them
+/// there, so that a name cannot add options. mount(2) takes the name as
+/// its source, unescaped.
+pub(crate) fn for_fusermount(config: &Config) -> Config {
+    let mut config = config.clone();
+    for option in &mut config.mount_options {
+        if let MountOption::FSName(name) = option {
+            *name = name.replace('\\', "\\\\").replace(',', "\\,");
+        }
+    }
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fusermount3_gets_an_escaped_fsname() {
+        let mut config = Config::default();
+        config.mount_options = vec![
+            MountOption::FSName(r"/a,allow_other\b".into()),
+            MountOption::NoDev,
+        ];
+        let escaped = for_fusermount(&config);
+        assert_eq!(
+            escaped.mount_options,
+            [
+                MountOption::FSName(r"/a\,allow_other\\b".into()),
+                MountOption::NoDev
+            ]
+        );
+    }
+}
