@@ -11,7 +11,7 @@ use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::path::Path;
 use std::time::Duration;
 
-use verityfs_fuse::mountinfo;
+use verityfs::mountinfo;
 
 /// How often the mount table is looked at while waiting for the mount.
 const POLL_INTERVAL: Duration = Duration::from_millis(20);

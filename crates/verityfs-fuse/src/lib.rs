@@ -31,7 +31,8 @@ mod invalidate;
 #[doc(hidden)]
 pub mod ioctl;
 mod mount;
-pub mod mountinfo;
+// The mount table, shared with the CLI.
+use verityfs::mountinfo;
 mod placement;
 mod policy;
 mod readers;

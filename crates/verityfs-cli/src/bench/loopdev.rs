@@ -51,7 +51,7 @@ impl Drop for ScratchDir {
 
 /// Whether a mount point lies inside `dir`.
 fn mounted_under(dir: &Path) -> bool {
-    let mounts = verityfs_fuse::mountinfo::mounts().unwrap_or_default();
+    let mounts = verityfs::mountinfo::mounts().unwrap_or_default();
     mounts.iter().any(|m| m.point.starts_with(dir))
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use verityfs_fuse::mountinfo;
+use verityfs::mountinfo;
 
 use super::{Context, Result};
 

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 /// One mount.
 #[derive(Debug)]
 pub struct MountEntry {
+    /// The mount's ID (as statx(2) gives it with `STATX_MNT_ID`).
+    pub id: u64,
     /// The device of its superblock, `MAJ:MIN`.
     pub device: String,
     /// The directory of its filesystem at its root (`/` but for bind
@@ -52,6 +54,11 @@ pub fn mount_on(point: &Path) -> io::Result<Option<MountEntry>> {
     Ok(mounts()?.into_iter().rfind(|m| m.point == point))
 }
 
+/// The mount of ID `id`.
+pub fn mount_of_id(id: u64) -> io::Result<Option<MountEntry>> {
+    Ok(mounts()?.into_iter().find(|m| m.id == id))
+}
+
 /// One line: `ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - TYPE
 /// SOURCE SUPER_OPTIONS`.
 fn parse(line: &[u8]) -> Option<MountEntry> {
@@ -60,6 +67,7 @@ fn parse(line: &[u8]) -> Option<MountEntry> {
     let text = |f: &[u8]| String::from_utf8_lossy(f).into_owned();
     let fs = fields.get(dash + 1..dash + 4)?;
     Some(MountEntry {
+        id: text(fields[0]).parse().ok()?,
         device: text(fields[2]),
         root: PathBuf::from(unescape(fields[3])),
         point: PathBuf::from(unescape(fields[4])),
@@ -106,7 +114,7 @@ mod tests {
         let line =
             b"45 27 0:40 / /tmp/a\\040b ro,nosuid shared:7 - fuse.verityfs /srv/b rw,user_id=0";
         let m = parse(line).unwrap();
-        assert_eq!(m.device, "0:40");
+        assert_eq!((m.id, m.device.as_str()), (45, "0:40"));
         assert_eq!(m.root, Path::new("/"));
         assert_eq!(m.point, Path::new("/tmp/a b"));
         assert_eq!(m.fstype, "fuse.verityfs");
