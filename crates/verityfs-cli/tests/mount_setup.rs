@@ -869,3 +869,51 @@ fn a_comma_in_the_backing_path_adds_no_mount_option() {
         );
     }
 }
+
+/// In BASE ($1), as root in a mount namespace of its own: `nobody` ($3)
+/// mounts `verityfs` ($2) with `allow_other` over a directory of root's
+/// (that anyone may write, so that nobody's daemon can) holding root's
+/// link to BASE/victim; root's `verityfs mount` through
+/// that link must be refused, as the FUSE daemon of `nobody` says who
+/// owns the link.
+const LINK_ON_A_USER_S_FUSE: &str = r#"
+set -eu
+base=$1 verityfs=$2 id=$3
+cd "$base"
+mknod fuse c 10 229; chmod 0666 fuse; mount --bind fuse /dev/fuse
+echo user_allow_other > fuse.conf; mount --bind fuse.conf /etc/fuse.conf
+mkdir rb victim m; chmod 1777 rb; ln -s "$base/victim" rb/link; chown "$id" m
+setpriv --reuid="$id" --regid="$id" --clear-groups "$verityfs" mount -o allow_other rb m & daemon=$!
+tries=0
+until mountpoint -q m; do
+    tries=$((tries + 1)); [ "$tries" -lt 500 ] || { echo "no mount by $id"; exit 1; }
+    sleep 0.02
+done
+status=0; timeout 10 "$verityfs" mount b m/link/x 2>&1 || status=$?
+kill -KILL "$daemon"
+[ "$status" -eq 1 ] || echo "exit status $status"
+[ ! -e victim/x ] || echo "made in the victim's directory"
+"#;
+
+#[test]
+fn a_link_on_another_user_s_fuse_mount_is_not_followed() {
+    let (_dir, base) = open_base();
+    let out = run(Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .args([LINK_ON_A_USER_S_FUSE, "sh"])
+        .arg(&base)
+        .arg(VERITYFS)
+        .arg(NOBODY.to_string()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let want = format!(
+        "'m/link' is a symbolic link on a FUSE mount of uid {NOBODY}, not followed \
+         (only links on mounts of root's are)"
+    );
+    assert!(stdout.contains(&want), "{stdout}{stderr}");
+    assert!(
+        !stdout.contains("exit status") && !stdout.contains("victim"),
+        "{stdout}"
+    );
+}
