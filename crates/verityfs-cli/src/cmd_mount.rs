@@ -398,7 +398,7 @@ fn prepare_directories(backing: &Path, mountpoint: &Path, create: bool) -> Resul
 /// symbolic links that others control (see `verityfs::safe_dir`): the
 /// mount is made on this directory, whatever happens to the path.
 fn prepare_mountpoint(mountpoint: &Path) -> Result<OpenedDir> {
-    open_dir(mountpoint, Some(0o777)).map_err(|e| match PathError::errno_of(&e) {
+    open_dir(mountpoint, Some(0o755)).map_err(|e| match PathError::errno_of(&e) {
         Some(_) => Error::msg(format!("mount point {e}")),
         None => Error::io(quote("mount point '", mountpoint.as_os_str(), "'"), &e),
     })

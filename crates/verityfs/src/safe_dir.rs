@@ -34,8 +34,9 @@
 //!   followed only on a mount of root's or the effective user's (its
 //!   `user_id` in `/proc/self/mountinfo`, found by the link's mount ID);
 //! - a missing component is created (if asked) with `mkdirat` relative to
-//!   its parent's descriptor, then opened as above: never through a name
-//!   that could lead elsewhere.
+//!   its parent's descriptor, with mode 0755 at most (less the umask),
+//!   then opened as above: never through a name that could lead
+//!   elsewhere.
 //!
 //! Directories of root's or the effective user's are taken as they are,
 //! even if others can write them: such a user can only put there what
@@ -56,6 +57,9 @@ const MAX_LINKS: usize = 40;
 
 /// statfs(2)'s `f_type` of FUSE filesystems.
 const FUSE_SUPER_MAGIC: rustix::fs::FsWord = 0x6573_5546;
+
+/// The mode of the directories made, at most (the umask applies).
+const MADE_MODE: u32 = 0o755;
 
 /// How each component is opened: the object itself, never what a link
 /// points to.
@@ -174,7 +178,8 @@ fn steps(path: &Path) -> Vec<Step> {
 }
 
 /// Opens the directory `path` under the rules of this module, creating
-/// missing components with mode `create` (less the umask) if given.
+/// missing components with mode `create` (less the umask, and never more
+/// than 0755) if given.
 /// Errors name the path and, for a refused link or a non-directory, the
 /// component, with the kernel's errno: `ELOOP` for a refused link,
 /// `ENOTDIR`, `ENOENT`, or that of the failed call.
@@ -306,7 +311,8 @@ fn foreign_fuse(link: &OwnedFd, euid: u32) -> Result<Option<String>, Errno> {
 fn open_child(dir: &OwnedFd, name: &OsStr, create: Option<u32>) -> Result<(OwnedFd, bool), Errno> {
     match (rustix::fs::openat(dir, name, LOOKUP, Mode::empty()), create) {
         (Err(Errno::NOENT), Some(mode)) => {
-            let created = match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(mode)) {
+            let mode = Mode::from_raw_mode(mode & MADE_MODE);
+            let created = match rustix::fs::mkdirat(dir, name, mode) {
                 Ok(()) => true,
                 Err(Errno::EXIST) => false,
                 Err(e) => return Err(e),
@@ -462,5 +468,21 @@ mod tests {
         // Nor anything made there: root's too.
         let e = open_dir(&home.join("new/dir"), Some(0o755)).unwrap_err();
         assert_eq!(errno(&e), libc::EPERM, "{e}");
+    }
+
+    #[test]
+    fn directories_are_made_0755_at_most() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = rustix::process::umask(Mode::empty());
+        let made = open_dir(&dir.path().join("a/b"), Some(0o777));
+        rustix::process::umask(old);
+        made.unwrap();
+        for path in ["a", "a/b"] {
+            let mode = std::fs::metadata(dir.path().join(path))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o7777, 0o755, "{path}");
+        }
     }
 }
