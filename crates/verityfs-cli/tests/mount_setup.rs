@@ -734,8 +734,9 @@ fn enable_after_remount_read_only_is_erofs() {
 
 /// In BASE ($1), with mounts of another user's making on names that are
 /// not UTF-8 and hold a newline: `verityfs` ($2) mounts on a directory
-/// under one of them (of a name with a space), `remount,ro` still stops
-/// enabling, and SIGTERM unmounts it with exit status 0.
+/// under one of them (of a name with a space), `dump_metadata` finds a
+/// file's backing file through it, `remount,ro` still stops enabling,
+/// and SIGTERM unmounts it with exit status 0.
 const ODD_NAMES: &str = r#"
 set -eu
 cd "$1"
@@ -746,12 +747,17 @@ mount -t tmpfs odd "$nl"
 mkdir "$mnt"
 echo data > b/f
 "$2" mount b "$mnt" 2> log & daemon=$!
+# Whatever fails: the daemon holds the test's output open.
+trap 'kill -KILL "$daemon" 2> /dev/null || true' EXIT
 tries=0
 until mountpoint -q "$mnt"; do
     kill -0 "$daemon" 2> /dev/null || { echo "not mounted: $(cat log)"; exit 1; }
     tries=$((tries + 1)); [ "$tries" -lt 500 ] || { echo "mount timed out"; exit 1; }
     sleep 0.02
 done
+echo data > b/g
+fsverity enable "$mnt/g"
+"$2" dump_metadata descriptor "$mnt/g" > descriptor || { echo "dump_metadata failed"; exit 1; }
 mount -i -o remount,ro "$mnt"
 if fsverity enable "$mnt/f" 2> err; then echo "enabled on a read-only mount"; exit 1; fi
 grep -q "Read-only file system" err || { echo "enable: $(cat err)"; exit 1; }
@@ -884,13 +890,13 @@ mknod fuse c 10 229; chmod 0666 fuse; mount --bind fuse /dev/fuse
 echo user_allow_other > fuse.conf; mount --bind fuse.conf /etc/fuse.conf
 mkdir rb victim m; chmod 1777 rb; ln -s "$base/victim" rb/link; chown "$id" m
 setpriv --reuid="$id" --regid="$id" --clear-groups "$verityfs" mount -o allow_other rb m & daemon=$!
+trap 'kill -KILL "$daemon" 2> /dev/null || true' EXIT
 tries=0
 until mountpoint -q m; do
     tries=$((tries + 1)); [ "$tries" -lt 500 ] || { echo "no mount by $id"; exit 1; }
     sleep 0.02
 done
 status=0; timeout 10 "$verityfs" mount b m/link/x 2>&1 || status=$?
-kill -KILL "$daemon"
 [ "$status" -eq 1 ] || echo "exit status $status"
 [ ! -e victim/x ] || echo "made in the victim's directory"
 "#;
