@@ -65,7 +65,7 @@ impl Args for MountArgs {
         .short('o')
         .doc(
             "ro, allow_other, allow_root, noreadahead, cache_size=BYTES, fsname=NAME, \
-             subtype=TYPE, auto_unmount, and the kernel's nodev/dev, nosuid/suid, noexec/exec, \
+             subtype=TYPE, auto_unmount (refused to root), and the kernel's nodev/dev, nosuid/suid, noexec/exec, \
              noatime, sync, dirsync (nodev and nosuid by default); relatime, nodiratime, \
              strictatime, lazytime, rw, nofail, default_permissions... are accepted and ignored, \
              so that /etc/fstab lines written for other FUSE filesystems work.",
@@ -390,7 +390,7 @@ fn prepare_directories(backing: &Path, mountpoint: &Path, create: bool) -> Resul
 /// symbolic links that others control (see `verityfs::safe_dir`): the
 /// mount is made on this directory, whatever happens to the path.
 fn prepare_mountpoint(mountpoint: &Path) -> Result<OpenedDir> {
-    open_dir(mountpoint, Some(0o777)).map_err(|e| match PathError::errno_of(&e) {
+    open_dir(mountpoint, Some(0o755)).map_err(|e| match PathError::errno_of(&e) {
         Some(_) => Error::msg(format!("mount point {e}")),
         None => Error::io(quote("mount point '", mountpoint.as_os_str(), "'"), &e),
     })

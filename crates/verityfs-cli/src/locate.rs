@@ -66,37 +66,27 @@ fn on_verityfs_mount(path: &Path) -> bool {
         rustix::fs::major(st.st_dev),
         rustix::fs::minor(st.st_dev)
     );
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    // The last entry for the device: the one mounted on top.
-    let Some(line) = info
-        .lines()
-        .rfind(|line| line.split(' ').nth(2) == Some(device.as_str()))
-    else {
+    let Ok(mounts) = verityfs::mountinfo::mounts() else {
         return false;
     };
-    match line
-        .split(" - ")
-        .nth(1)
-        .and_then(|rest| rest.split(' ').next())
-    {
-        Some("fuse.verityfs") => true,
-        Some("fuse") => line.split(' ').nth(4).is_some_and(answers_stats),
+    // The last entry for the device: the one mounted on top.
+    let Some(mount) = mounts.into_iter().rfind(|m| m.device == device) else {
+        return false;
+    };
+    match mount.fstype.as_str() {
+        "fuse.verityfs" => true,
+        "fuse" => answers_stats(&mount.point),
         _ => false,
     }
 }
 
-/// Whether the mount root `mountpoint` (escaped as in mountinfo) serves
-/// the statistics attribute as a verityfs daemon does. Another FUSE
-/// filesystem passing attributes through could only fake it with control
-/// of its source's root directory as well as of the file.
-fn answers_stats(mountpoint: &str) -> bool {
-    let root = mountpoint
-        .replace("\\040", " ")
-        .replace("\\011", "\t")
-        .replace("\\012", "\n")
-        .replace("\\134", "\\");
+/// Whether the mount root `mountpoint` serves the statistics attribute
+/// as a verityfs daemon does. Another FUSE filesystem passing attributes
+/// through could only fake it with control of its source's root
+/// directory as well as of the file.
+fn answers_stats(mountpoint: &Path) -> bool {
     let mut buf = vec![0u8; 4096];
-    match rustix::fs::getxattr(root.as_str(), verityfs_fuse::STATS_XATTR, &mut buf[..]) {
+    match rustix::fs::getxattr(mountpoint, verityfs_fuse::STATS_XATTR, &mut buf[..]) {
         Ok(n) => {
             buf[..n].starts_with(b"{") && buf[..n].windows(13).any(|w| w == b"\"cache_bytes\"")
         }

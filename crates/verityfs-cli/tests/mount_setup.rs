@@ -365,21 +365,13 @@ fn an_unprivileged_daemon_follows_its_own_links_and_root_s_only() {
     give_link(&base.join("foreign"), STRANGER);
     symlink(&home, base.join("roots")).unwrap();
 
-    // Mounted by fusermount3: in a mount namespace of its own, where
-    // /dev/fuse is a node nobody may open (whatever this machine's mode).
-    let script = format!(
-        "set -e; mknod {dev} c 10 229; chmod 0666 {dev}; mount --bind {dev} /dev/fuse; \
-         exec setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups {VERITYFS} mount {b} {m}",
-        dev = base.join("fuse").display(),
-        b = backing.display(),
-        m = base.join("roots/mine/new/mnt").display(),
-    );
-    let mut unshared = Command::new("unshare");
-    unshared
-        .args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(&script);
     let shown = home.join("real/new/mnt");
-    let daemon = mounted(&mut unshared, &backing, &shown);
+    let mnt = base.join("roots/mine/new/mnt");
+    let daemon = mounted(
+        &mut nobody_mount(&base, &[&backing, &mnt], &[]),
+        &backing,
+        &shown,
+    );
     // Its mount namespace ends with it.
     drop(daemon);
     let m = fs::metadata(&shown).unwrap();
@@ -394,6 +386,33 @@ fn an_unprivileged_daemon_follows_its_own_links_and_root_s_only() {
     let want = format!("is a symbolic link of uid {STRANGER}, not followed (only links of root's or uid {NOBODY}'s are)");
     assert!(stderr.contains(&want), "{stderr}");
     assert!(!home.join("real/other").exists());
+}
+
+/// Sets up the mount namespace of [`nobody_mount`] (the node BASE/fuse is
+/// `$1`), then runs the rest of its arguments as uid and gid `$2`.
+const AS_NOBODY_WITH_FUSE: &str = r#"
+set -e
+dev=$1; id=$2; shift 2
+mknod "$dev" c 10 229; chmod 0666 "$dev"; mount --bind "$dev" /dev/fuse
+echo user_allow_other > "$dev.conf"; mount --bind "$dev.conf" /etc/fuse.conf
+exec setpriv --reuid="$id" --regid="$id" --clear-groups "$@"
+"#;
+
+/// `verityfs mount ARGS EXTRA` run by `nobody`, so mounted by
+/// fusermount3: in a mount namespace of its own (which ends with the
+/// daemon), where /dev/fuse is a node nobody may open (whatever this
+/// machine's mode) and fuse.conf lets users give `allow_root`.
+fn nobody_mount(base: &Path, args: &[&Path], extra: &[&str]) -> Command {
+    let mut unshared = Command::new("unshare");
+    unshared
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .args([AS_NOBODY_WITH_FUSE, "sh"])
+        .arg(base.join("fuse"))
+        .arg(NOBODY.to_string())
+        .args([VERITYFS, "mount"])
+        .args(args)
+        .args(extra);
+    unshared
 }
 
 /// Swaps DIR/mnt for a symbolic link to VICTIM and back, as fast as it
@@ -805,7 +824,6 @@ fn common_mount_options_are_accepted() {
         "diratime",
         "default_permissions",
         "allow_root",
-        "auto_unmount",
         "dirsync",
         "sync",
         "async",
@@ -874,4 +892,196 @@ fn enable_after_remount_read_only_is_erofs() {
         .starts_with("rw"));
     enable(&f, &[]);
     m.unmount();
+}
+
+/// In BASE ($1), with mounts of another user's making on names that are
+/// not UTF-8 and hold a newline: `verityfs` ($2) mounts on a directory
+/// under one of them (of a name with a space), `dump_metadata` finds a
+/// file's backing file through it, `remount,ro` still stops enabling,
+/// and SIGTERM unmounts it with exit status 0.
+const ODD_NAMES: &str = r#"
+set -eu
+cd "$1"
+ff=$(printf 'x\377'); nl=$(printf 'a b\nc'); mnt="$ff/m n"
+mkdir "$ff" "$nl" b
+mount -t tmpfs odd "$ff"
+mount -t tmpfs odd "$nl"
+mkdir "$mnt"
+echo data > b/f
+"$2" mount b "$mnt" 2> log & daemon=$!
+# Whatever fails: the daemon holds the test's output open.
+trap 'kill -KILL "$daemon" 2> /dev/null || true' EXIT
+tries=0
+until mountpoint -q "$mnt"; do
+    kill -0 "$daemon" 2> /dev/null || { echo "not mounted: $(cat log)"; exit 1; }
+    tries=$((tries + 1)); [ "$tries" -lt 500 ] || { echo "mount timed out"; exit 1; }
+    sleep 0.02
+done
+echo data > b/g
+fsverity enable "$mnt/g"
+"$2" dump_metadata descriptor "$mnt/g" > descriptor || { echo "dump_metadata failed"; exit 1; }
+mount -i -o remount,ro "$mnt"
+if fsverity enable "$mnt/f" 2> err; then echo "enabled on a read-only mount"; exit 1; fi
+grep -q "Read-only file system" err || { echo "enable: $(cat err)"; exit 1; }
+kill -TERM "$daemon"
+status=0; wait "$daemon" || status=$?
+[ "$status" -eq 0 ] || { echo "exit status $status after SIGTERM: $(cat log)"; exit 1; }
+if mountpoint -q "$mnt"; then echo "still mounted after SIGTERM"; exit 1; fi
+echo done
+"#;
+
+#[test]
+fn mount_points_of_any_bytes_in_the_mount_table_break_nothing() {
+    let (_dir, base) = temp_dir();
+    // The mounts stay in a mount namespace of the test's own.
+    let out = run(Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            ODD_NAMES,
+            "sh",
+        ])
+        .arg(&base)
+        .arg(VERITYFS));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert_eq!(stdout.trim(), "done", "{stderr}");
+}
+
+/// A directory of `nobody`'s in `base`, with `names` made in it by
+/// `nobody`.
+fn nobody_home(base: &Path, names: &[&str]) -> PathBuf {
+    let home = base.join("home");
+    fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
+    for name in names {
+        run_ok(as_nobody("mkdir").arg(home.join(name)));
+    }
+    home
+}
+
+/// The `/proc/PID/mountinfo` line of the mount on `mnt` in the mount
+/// namespace of `daemon`.
+fn mountinfo_line_of(daemon: &Spawned, mnt: &Path) -> String {
+    let pid = daemon.pid().as_raw_nonzero();
+    fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+        .unwrap()
+        .lines()
+        .find(|l| l.split(' ').nth(4) == mnt.to_str())
+        .unwrap_or_else(|| panic!("{} is not mounted", mnt.display()))
+        .to_owned()
+}
+
+#[test]
+fn auto_unmount_is_refused_to_root_only() {
+    let (_dir, base) = open_base();
+    let home = nobody_home(&base, &["mnt"]);
+    let mnt = home.join("mnt");
+    let err = assert_mount_refused(
+        &base,
+        &[Path::new("b"), &mnt],
+        &["-o", "auto_unmount"],
+        &mnt,
+    );
+    let want = "auto_unmount is refused to root: fusermount3 would look the mount point up \
+                again as root, following symbolic links others may have put on the path";
+    assert!(err.contains(want), "{err}");
+    // A user's fusermount3 looks the path up with that user's rights.
+    let backing = base.join("b");
+    let daemon = mounted(
+        &mut nobody_mount(&base, &[&backing, &mnt], &["-o", "auto_unmount"]),
+        &backing,
+        &mnt,
+    );
+    drop(daemon);
+}
+
+#[test]
+fn a_comma_in_the_backing_path_adds_no_mount_option() {
+    let injected = "b,allow_other,max_read=4096";
+    let (_dir, base) = open_base();
+    let home = nobody_home(&base, &[injected, "mnt"]);
+    let (backing, mnt) = (home.join(injected), home.join("mnt"));
+    let mut cmd = nobody_mount(&base, &[&backing, &mnt], &[]);
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut daemon = Spawned::new(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap()),
+    );
+    let pid = daemon.pid().as_raw_nonzero().to_string();
+    let deadline = Instant::now() + MOUNT_TIMEOUT;
+    while !mounts_of(&pid, &backing).contains(&mnt) {
+        let stderr = fs::read_to_string(log.path()).unwrap();
+        let info = fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+        let line = info.lines().find(|l| l.split(' ').nth(4) == mnt.to_str());
+        if let Some(line) = line {
+            panic!("mounted with another source or options: {line}");
+        }
+        if let Some(status) = daemon.0.try_wait().unwrap() {
+            panic!("exited ({status}) without mounting: {stderr}");
+        }
+        assert!(Instant::now() < deadline, "no mount on {}", mnt.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let line = mountinfo_line_of(&daemon, &mnt);
+    let super_options = line.split(' ').next_back().unwrap();
+    for option in super_options.split(',') {
+        assert!(
+            option != "allow_other" && !option.starts_with("max_read="),
+            "{line}"
+        );
+    }
+}
+
+/// In BASE ($1), as root in a mount namespace of its own: `nobody` ($3)
+/// mounts `verityfs` ($2) with `allow_other` over a directory of root's
+/// (that anyone may write, so that nobody's daemon can) holding root's
+/// link to BASE/victim; root's `verityfs mount` through
+/// that link must be refused, as the FUSE daemon of `nobody` says who
+/// owns the link.
+const LINK_ON_A_USER_S_FUSE: &str = r#"
+set -eu
+base=$1 verityfs=$2 id=$3
+cd "$base"
+mknod fuse c 10 229; chmod 0666 fuse; mount --bind fuse /dev/fuse
+echo user_allow_other > fuse.conf; mount --bind fuse.conf /etc/fuse.conf
+mkdir rb victim m; chmod 1777 rb; ln -s "$base/victim" rb/link; chown "$id" m
+setpriv --reuid="$id" --regid="$id" --clear-groups "$verityfs" mount -o allow_other rb m & daemon=$!
+trap 'kill -KILL "$daemon" 2> /dev/null || true' EXIT
+tries=0
+until mountpoint -q m; do
+    tries=$((tries + 1)); [ "$tries" -lt 500 ] || { echo "no mount by $id"; exit 1; }
+    sleep 0.02
+done
+status=0; timeout 10 "$verityfs" mount b m/link/x 2>&1 || status=$?
+[ "$status" -eq 1 ] || echo "exit status $status"
+[ ! -e victim/x ] || echo "made in the victim's directory"
+"#;
+
+#[test]
+fn a_link_on_another_user_s_fuse_mount_is_not_followed() {
+    let (_dir, base) = open_base();
+    let out = run(Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .args([LINK_ON_A_USER_S_FUSE, "sh"])
+        .arg(&base)
+        .arg(VERITYFS)
+        .arg(NOBODY.to_string()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let want = format!(
+        "'m/link' is a symbolic link on a FUSE mount of uid {NOBODY}, not followed \
+         (only links on mounts of root's are)"
+    );
+    assert!(stdout.contains(&want), "{stdout}{stderr}");
+    assert!(
+        !stdout.contains("exit status") && !stdout.contains("victim"),
+        "{stdout}"
+    );
 }

@@ -11,7 +11,10 @@
 //!
 //! Without the privilege to mount (`EPERM`), and for `auto_unmount`
 //! (which needs a `fusermount3` process watching the daemon), the mount is
-//! left to fuser and `fusermount3`.
+//! left to fuser and `fusermount3`, which resolves the path again with
+//! the rights of the user who runs it. That is why root may not use
+//! `auto_unmount`: `fusermount3` run by root would follow any user's
+//! symbolic link swapped in on the path.
 
 use std::ffi::CString;
 use std::fs::OpenOptions;
@@ -28,6 +31,13 @@ use verityfs::safe_dir::OpenedDir;
 pub(crate) fn mount(dir: &OpenedDir, config: &Config) -> io::Result<Option<OwnedFd>> {
     let options = &config.mount_options;
     if options.contains(&MountOption::AutoUnmount) {
+        if rustix::process::geteuid().is_root() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "auto_unmount is refused to root: fusermount3 would look the mount point \
+                 up again as root, following symbolic links others may have put on the path",
+            ));
+        }
         return Ok(None);
     }
     let device: OwnedFd = OpenOptions::new()
@@ -83,5 +93,42 @@ fn flag(option: &MountOption) -> MountFlags {
         MountOption::DirSync => MountFlags::DIRSYNC,
         MountOption::RO => MountFlags::RDONLY,
         _ => MountFlags::empty(),
+    }
+}
+
+/// `config` as `fusermount3` must be given it: the `fsname` (a path,
+/// which may hold commas) with `\` and `,` escaped as libfuse does, since
+/// fuser joins the options with commas and `fusermount3` splits them
+/// there, so that a name cannot add options. mount(2) takes the name as
+/// its source, unescaped.
+pub(crate) fn for_fusermount(config: &Config) -> Config {
+    let mut config = config.clone();
+    for option in &mut config.mount_options {
+        if let MountOption::FSName(name) = option {
+            *name = name.replace('\\', "\\\\").replace(',', "\\,");
+        }
+    }
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fusermount3_gets_an_escaped_fsname() {
+        let mut config = Config::default();
+        config.mount_options = vec![
+            MountOption::FSName(r"/a,allow_other\b".into()),
+            MountOption::NoDev,
+        ];
+        let escaped = for_fusermount(&config);
+        assert_eq!(
+            escaped.mount_options,
+            [
+                MountOption::FSName(r"/a\,allow_other\\b".into()),
+                MountOption::NoDev
+            ]
+        );
     }
 }

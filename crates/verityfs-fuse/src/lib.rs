@@ -32,7 +32,8 @@ mod invalidate;
 pub mod ioctl;
 mod mount;
 mod mount_point;
-mod mountinfo;
+// The mount table, shared with the CLI.
+use verityfs::mountinfo;
 mod placement;
 mod policy;
 mod readers;

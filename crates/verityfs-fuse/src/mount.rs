@@ -297,7 +297,7 @@ fn new_session<FS: Mountable>(
     let mountpoint = &target.path;
     let session = match direct_mount::mount(target.dir, &config) {
         Ok(Some(device)) => Session::from_fd(fs, device, config.acl, config),
-        Ok(None) => Session::new(fs, mountpoint, &config),
+        Ok(None) => Session::new(fs, mountpoint, &direct_mount::for_fusermount(&config)),
         Err(e) => Err(e),
     };
     let mut session = session.map_err(|e| {

@@ -73,6 +73,7 @@ pub mod image;
 // types embedders meet are re-exported below.
 #[doc(hidden)]
 pub mod layout;
+pub mod mountinfo;
 mod open;
 pub mod params;
 #[allow(unsafe_code)]

@@ -17,14 +17,31 @@
 //!   links such as `/var/run -> /run`); anyone else's is refused
 //!   (`ELOOP`). The owner is read from the link itself and its target
 //!   through the same descriptor, so the link checked is the link read;
+//! - a link's owner says who made it, not who put it where it is: a link
+//!   of root's can be moved out of a directory a user can write, or hard
+//!   linked (without `fs.protected_hardlinks`), into that user's
+//!   directory. So, as systemd does for its `CHASE_SAFE` lookups, a step
+//!   from a directory that belongs to someone other than root or the
+//!   effective user is refused (`EPERM`) unless what it leads to (an
+//!   entry, a link, or `..`) belongs to that same someone: what a user's
+//!   directory holds is trusted only as far as that user is. Root's
+//!   directories in a user's directory are refused too, although only
+//!   root can have put them there when they are not writable by that
+//!   user (moving a directory to another parent needs write access to
+//!   it): the rule stays simple, and a user's directory holds directories
+//!   of theirs;
+//! - a link on a FUSE filesystem, whose daemon says who owns what, is
+//!   followed only on a mount of root's or the effective user's (its
+//!   `user_id` in `/proc/self/mountinfo`, found by the link's mount ID);
 //! - a missing component is created (if asked) with `mkdirat` relative to
-//!   its parent's descriptor, then opened as above: never through a name
-//!   that could lead elsewhere.
+//!   its parent's descriptor, with mode 0755 at most (less the umask),
+//!   then opened as above: never through a name that could lead
+//!   elsewhere.
 //!
-//! Directories on the way are taken as they are, whoever owns them: a user
-//! who can write one can only put there what they could reach anyway (a
-//! directory of their own), since without a link of theirs being followed
-//! the walk cannot leave the directories that are really on the path.
+//! Directories of root's or the effective user's are taken as they are,
+//! even if others can write them: such a user can only put there what
+//! they could reach anyway (entries of their own, refused by the rules
+//! above as soon as the walk would leave them).
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -32,11 +49,17 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, CWD};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, StatxFlags, CWD};
 use rustix::io::Errno;
 
 /// The most symbolic links followed in one path, as the kernel's limit.
 const MAX_LINKS: usize = 40;
+
+/// statfs(2)'s `f_type` of FUSE filesystems.
+const FUSE_SUPER_MAGIC: rustix::fs::FsWord = 0x6573_5546;
+
+/// The mode of the directories made, at most (the umask applies).
+const MADE_MODE: u32 = 0o755;
 
 /// How each component is opened: the object itself, never what a link
 /// points to.
@@ -155,7 +178,8 @@ fn steps(path: &Path) -> Vec<Step> {
 }
 
 /// Opens the directory `path` under the rules of this module, creating
-/// missing components with mode `create` (less the umask) if given.
+/// missing components with mode `create` (less the umask, and never more
+/// than 0755) if given.
 /// Errors name the path and, for a refused link or a non-directory, the
 /// component, with the kernel's errno: `ELOOP` for a refused link,
 /// `ENOTDIR`, `ENOENT`, or that of the failed call.
@@ -173,7 +197,13 @@ pub fn open_dir(path: &Path, create: Option<u32>) -> io::Result<OpenedDir> {
         return Err(fail(path, Errno::NOENT, ""));
     }
     let euid = rustix::process::geteuid().as_raw();
+    let trusted = match euid {
+        0 => "root's".to_owned(),
+        uid => format!("root's or uid {uid}'s"),
+    };
     let mut fd = rustix::fs::openat(CWD, ".", LOOKUP | OFlags::DIRECTORY, Mode::empty())?;
+    // The owner of the directory `fd` is.
+    let mut owner = rustix::fs::fstat(&fd)?.st_uid;
     let mut walked = PathBuf::new();
     let mut made = None;
     let mut links = 0;
@@ -182,6 +212,7 @@ pub fn open_dir(path: &Path, create: Option<u32>) -> io::Result<OpenedDir> {
         let name = match step {
             Step::Root => {
                 fd = rustix::fs::openat(CWD, "/", LOOKUP | OFlags::DIRECTORY, Mode::empty())?;
+                owner = rustix::fs::fstat(&fd)?.st_uid;
                 walked = PathBuf::from("/");
                 continue;
             }
@@ -192,8 +223,17 @@ pub fn open_dir(path: &Path, create: Option<u32>) -> io::Result<OpenedDir> {
         let last = steps.is_empty();
         let (child, created) = open_child(&fd, &name, create).map_err(|e| fail(&walked, e, ""))?;
         let st = rustix::fs::fstat(&child).map_err(|e| fail(&walked, e, ""))?;
+        if owner != 0 && owner != euid && st.st_uid != owner {
+            let why = format!(
+                " belongs to uid {}, in a directory of uid {owner}: not followed (from a \
+                 directory that is not {trusted}, only entries of its owner are)",
+                st.st_uid
+            );
+            return Err(fail(&walked, Errno::PERM, &why));
+        }
         match FileType::from_raw_mode(st.st_mode) {
             FileType::Directory => {
+                owner = st.st_uid;
                 let parent = std::mem::replace(&mut fd, child);
                 made = (created && last).then(|| Made {
                     parent,
@@ -209,10 +249,6 @@ pub fn open_dir(path: &Path, create: Option<u32>) -> io::Result<OpenedDir> {
                 ))
             }
             FileType::Symlink if st.st_uid != 0 && st.st_uid != euid => {
-                let trusted = match euid {
-                    0 => "root's".to_owned(),
-                    uid => format!("root's or uid {uid}'s"),
-                };
                 let why = format!(
                     " is a symbolic link of uid {}, not followed (only links of {trusted} are)",
                     st.st_uid
@@ -220,6 +256,15 @@ pub fn open_dir(path: &Path, create: Option<u32>) -> io::Result<OpenedDir> {
                 return Err(fail(&walked, Errno::LOOP, &why));
             }
             FileType::Symlink => {
+                if let Some(mount_owner) =
+                    foreign_fuse(&child, euid).map_err(|e| fail(&walked, e, ""))?
+                {
+                    let why = format!(
+                        " is a symbolic link on a FUSE mount of {mount_owner}, not followed \
+                         (only links on mounts of {trusted} are)"
+                    );
+                    return Err(fail(&walked, Errno::LOOP, &why));
+                }
                 links += 1;
                 if links > MAX_LINKS {
                     return Err(fail(&walked, Errno::LOOP, ""));
@@ -237,13 +282,37 @@ pub fn open_dir(path: &Path, create: Option<u32>) -> io::Result<OpenedDir> {
     Ok(OpenedDir { fd, made })
 }
 
+/// If `link` is on a FUSE mount of someone other than root and `euid`
+/// (whose daemon may give its files any owner), that someone: `uid N`,
+/// or `an unknown user` if the mount is not found.
+fn foreign_fuse(link: &OwnedFd, euid: u32) -> Result<Option<String>, Errno> {
+    if rustix::fs::fstatfs(link)?.f_type != FUSE_SUPER_MAGIC {
+        return Ok(None);
+    }
+    let flags = AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW;
+    let id = rustix::fs::statx(link, "", flags, StatxFlags::MNT_ID)?.stx_mnt_id;
+    let mount = crate::mountinfo::mount_of_id(id).ok().flatten();
+    let user = mount.and_then(|m| {
+        let options = m.super_options.split(',');
+        options
+            .filter_map(|o| o.strip_prefix("user_id=")?.parse::<u32>().ok())
+            .next()
+    });
+    Ok(match user {
+        Some(uid) if uid == 0 || uid == euid => None,
+        Some(uid) => Some(format!("uid {uid}")),
+        None => Some("an unknown user".to_owned()),
+    })
+}
+
 /// Opens `name` in the directory `dir` without following it; if it is
 /// missing and `create` is given, creates it as a directory first. Returns
 /// whether it did.
 fn open_child(dir: &OwnedFd, name: &OsStr, create: Option<u32>) -> Result<(OwnedFd, bool), Errno> {
     match (rustix::fs::openat(dir, name, LOOKUP, Mode::empty()), create) {
         (Err(Errno::NOENT), Some(mode)) => {
-            let created = match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(mode)) {
+            let mode = Mode::from_raw_mode(mode & MADE_MODE);
+            let created = match rustix::fs::mkdirat(dir, name, mode) {
                 Ok(()) => true,
                 Err(Errno::EXIST) => false,
                 Err(e) => return Err(e),
@@ -258,7 +327,7 @@ fn open_child(dir: &OwnedFd, name: &OsStr, create: Option<u32>) -> Result<(Owned
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
+    use std::os::unix::fs::{symlink, PermissionsExt};
 
     fn errno(e: &io::Error) -> i32 {
         PathError::errno_of(e).unwrap()
@@ -346,5 +415,74 @@ mod tests {
         let made = open_dir(&dir.path().join("other"), Some(0o700)).unwrap();
         made.remove_if_made().unwrap();
         assert!(!dir.path().join("other").exists());
+    }
+
+    /// A directory in `dir` that belongs to `nobody`.
+    fn nobody_s(dir: &Path, name: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::create_dir(&path).unwrap();
+        give(&path, 65534);
+        path
+    }
+
+    #[test]
+    fn root_s_link_moved_into_another_user_s_directory_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        let attacker = nobody_s(dir.path(), "attacker");
+        // Made by root, then moved where nobody put it.
+        symlink(&victim, dir.path().join("link")).unwrap();
+        std::fs::rename(dir.path().join("link"), attacker.join("link")).unwrap();
+        let e = open_dir(&attacker.join("link/x"), Some(0o755)).unwrap_err();
+        assert_eq!(errno(&e), libc::EPERM, "{e}");
+        let want = format!(
+            "'{}' belongs to uid 0, in a directory of uid 65534: not followed",
+            attacker.join("link").display()
+        );
+        assert!(e.to_string().contains(&want), "{e}");
+        assert!(!victim.join("x").exists());
+    }
+
+    #[test]
+    fn from_another_user_s_directory_only_their_entries_are_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        // As /tmp: root's, sticky, everyone's to write.
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let home = nobody_s(&tmp, "home");
+        let theirs = nobody_s(&home, "theirs");
+        assert_eq!(open_dir(&theirs, None).unwrap().path().unwrap(), theirs);
+        // A directory of root's in it, and `..` out of it.
+        std::fs::create_dir(home.join("root-s")).unwrap();
+        for path in [home.join("root-s"), theirs.join("../../tmp")] {
+            let e = open_dir(&path, None).unwrap_err();
+            assert_eq!(errno(&e), libc::EPERM, "{e}");
+            assert!(
+                e.to_string()
+                    .contains("belongs to uid 0, in a directory of uid 65534"),
+                "{e}"
+            );
+        }
+        // Nor anything made there: root's too.
+        let e = open_dir(&home.join("new/dir"), Some(0o755)).unwrap_err();
+        assert_eq!(errno(&e), libc::EPERM, "{e}");
+    }
+
+    #[test]
+    fn directories_are_made_0755_at_most() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = rustix::process::umask(Mode::empty());
+        let made = open_dir(&dir.path().join("a/b"), Some(0o777));
+        rustix::process::umask(old);
+        made.unwrap();
+        for path in ["a", "a/b"] {
+            let mode = std::fs::metadata(dir.path().join(path))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o7777, 0o755, "{path}");
+        }
     }
 }

@@ -51,11 +51,8 @@ impl Drop for ScratchDir {
 
 /// Whether a mount point lies inside `dir`.
 fn mounted_under(dir: &Path) -> bool {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .any(|point| Path::new(&super::mount::unescape(point)).starts_with(dir))
+    let mounts = verityfs::mountinfo::mounts().unwrap_or_default();
+    mounts.iter().any(|m| m.point.starts_with(dir))
 }
 
 /// An ext4 filesystem on a loop device, mounted; detached and deleted on

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use verityfs::mountinfo;
+
 use super::{Context, Result};
 
 /// How long the daemon may take to mount, and to exit once unmounted.
@@ -173,50 +175,12 @@ pub fn umount(point: &Path, lazy: bool) -> Result<()> {
 /// Whether something is mounted on `point` (a canonical path), per
 /// `/proc/self/mountinfo`.
 pub fn is_mounted(point: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    info.lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .any(|field| Path::new(&unescape(field)) == point)
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`,
-/// `\134`).
-pub fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).and_then(|d| {
-            d.iter()
-                .all(|b| (b'0'..=b'7').contains(b))
-                .then(|| d.iter().fold(0u32, |n, b| n * 8 + u32::from(b - b'0')))
-        });
-        match (bytes[i], octal) {
-            (b'\\', Some(n)) if n <= 0xff => {
-                out.push(n as u8);
-                i += 4;
-            }
-            (b, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    matches!(mountinfo::mount_on(point), Ok(Some(_)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mountinfo_escapes() {
-        assert_eq!(unescape(r"/a\040b\134c"), "/a b\\c");
-        assert_eq!(unescape(r"/plain"), "/plain");
-        assert_eq!(unescape(r"/x\0"), r"/x\0");
-    }
 
     #[test]
     fn root_is_mounted() {
