@@ -1001,6 +1001,21 @@ fn auto_unmount_is_refused_to_root_only() {
 }
 
 #[test]
+fn a_user_s_daemon_unmounts_its_mount_on_sigterm() {
+    let (_dir, base) = open_base();
+    let home = nobody_home(&base, &["b", "mnt"]);
+    let (backing, mnt) = (home.join("b"), home.join("mnt"));
+    let mut daemon = mounted(
+        &mut nobody_mount(&base, &[&backing, &mnt], &[]),
+        &backing,
+        &mnt,
+    );
+    rustix::process::kill_process(daemon.pid(), rustix::process::Signal::TERM).unwrap();
+    let status = wait_for(&mut daemon.0, EXIT_TIMEOUT).expect("no exit on SIGTERM");
+    assert!(status.success(), "{status}");
+}
+
+#[test]
 fn a_comma_in_the_backing_path_adds_no_mount_option() {
     let injected = "b,allow_other,max_read=4096";
     let (_dir, base) = open_base();

@@ -512,7 +512,31 @@ impl OurMount {
     /// since would be its owner's own (who may write our root).
     fn unmount(&self, flags: UnmountFlags) -> io::Result<()> {
         let (point, _) = self.entry()?;
-        Ok(unmount(point.fixed(), flags | UnmountFlags::NOFOLLOW)?)
+        match unmount(point.fixed(), flags | UnmountFlags::NOFOLLOW) {
+            Err(rustix::io::Errno::PERM) if !rustix::process::geteuid().is_root() => {
+                fusermount_unmount(&point.path()?)
+            }
+            unmounted => Ok(unmounted?),
+        }
+    }
+}
+
+/// Unmounts `path` with `fusermount3 -u -z`, as a user who may not call
+/// umount(2) (the mount was made by `fusermount3` too) and as libfuse
+/// does: `fusermount3` unmounts only a FUSE mount its user made, so the
+/// path, looked up again with that user's rights, can lead to no other.
+/// Detached (`-z`): the server ends once files still open are closed.
+fn fusermount_unmount(path: &Path) -> io::Result<()> {
+    let status = std::process::Command::new("fusermount3")
+        .args(["-u", "-q", "-z", "--"])
+        .arg(path)
+        .stdin(std::process::Stdio::null())
+        .status()?;
+    match status.success() {
+        true => Ok(()),
+        false => Err(io::Error::other(format!(
+            "fusermount3 -u failed ({status})"
+        ))),
     }
 }
 
