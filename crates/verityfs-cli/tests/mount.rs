@@ -44,16 +44,6 @@ const PRIVATE_XATTR_PREFIX: &str = "user.verityfs";
 /// The extended attribute present while an enable runs.
 const ENABLING_XATTR: &str = "user.verityfs.enabling";
 
-/// A command run as `nobody`, without supplementary groups.
-fn as_nobody(program: &str) -> Command {
-    let mut cmd = Command::new("setpriv");
-    cmd.arg(format!("--reuid={NOBODY}"))
-        .arg(format!("--regid={NOBODY}"))
-        .arg("--clear-groups")
-        .arg(program);
-    cmd
-}
-
 /// `truncate(2)` of `path` (by a small Python program: neither std nor
 /// rustix has it).
 fn truncate(path: &Path, size: u64) -> io::Result<()> {

@@ -222,16 +222,6 @@ fn open_base() -> (tempfile::TempDir, PathBuf) {
     (dir, base)
 }
 
-/// A command run as `nobody`, without supplementary groups.
-fn as_nobody(program: &str) -> Command {
-    let mut cmd = Command::new("setpriv");
-    cmd.arg(format!("--reuid={NOBODY}"))
-        .arg(format!("--regid={NOBODY}"))
-        .arg("--clear-groups")
-        .arg(program);
-    cmd
-}
-
 /// Gives the symbolic link `link` (not what it points to) to `uid`.
 fn give_link(link: &Path, uid: u32) {
     let uid = rustix::process::Uid::from_raw(uid);

@@ -32,6 +32,17 @@ pub const VERITYFS: &str = env!("CARGO_BIN_EXE_verityfs");
 pub const FSVERITY: &str = "/usr/bin/fsverity";
 /// The unprivileged user (and group) of the permission tests: `nobody`.
 pub const NOBODY: u32 = 65534;
+
+/// A command run as `nobody`, without supplementary groups.
+pub fn as_nobody(program: &str) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={NOBODY}"))
+        .arg(format!("--regid={NOBODY}"))
+        .arg("--clear-groups")
+        .arg(program);
+    cmd
+}
+
 /// How long a mount may take to appear.
 pub const MOUNT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the daemon may take to exit once unmounted or signalled.
