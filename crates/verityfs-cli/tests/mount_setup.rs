@@ -240,15 +240,21 @@ fn mounts_of(pid: &str, source: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Starts `cmd` (a `verityfs mount`) and waits until `/proc/PID/mountinfo`
-/// of the process shows its backing directory `source` mounted on `shown`.
-fn mounted(cmd: &mut Command, source: &Path, shown: &Path) -> Spawned {
+/// Starts `cmd` with its standard error in a file, returned with it.
+fn spawn_logged(cmd: &mut Command) -> (Spawned, tempfile::NamedTempFile) {
     let log = tempfile::NamedTempFile::new().unwrap();
-    let mut daemon = Spawned::new(
+    let daemon = Spawned::new(
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log.reopen().unwrap()),
     );
+    (daemon, log)
+}
+
+/// Starts `cmd` (a `verityfs mount`) and waits until `/proc/PID/mountinfo`
+/// of the process shows its backing directory `source` mounted on `shown`.
+fn mounted(cmd: &mut Command, source: &Path, shown: &Path) -> Spawned {
+    let (mut daemon, log) = spawn_logged(cmd);
     let pid = daemon.pid().as_raw_nonzero().to_string();
     let deadline = Instant::now() + MOUNT_TIMEOUT;
     while !mounts_of(&pid, source).iter().any(|p| p == shown) {
@@ -1012,12 +1018,7 @@ fn a_comma_in_the_backing_path_adds_no_mount_option() {
     let home = nobody_home(&base, &[injected, "mnt"]);
     let (backing, mnt) = (home.join(injected), home.join("mnt"));
     let mut cmd = nobody_mount(&base, &[&backing, &mnt], &[]);
-    let log = tempfile::NamedTempFile::new().unwrap();
-    let mut daemon = Spawned::new(
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log.reopen().unwrap()),
-    );
+    let (mut daemon, log) = spawn_logged(&mut cmd);
     let pid = daemon.pid().as_raw_nonzero().to_string();
     let deadline = Instant::now() + MOUNT_TIMEOUT;
     while !mounts_of(&pid, &backing).contains(&mnt) {
