@@ -112,6 +112,7 @@ impl VerityFs {
         if write {
             verity.writers += 1;
         }
+        verity.shown_plain = true;
         self.handles.insert(Handle::Plain {
             file,
             read: wants_read(flags),

@@ -129,8 +129,14 @@ impl VerityFs {
                             let _ = self.become_verity(inode, &mut verity);
                             state.logical_size(backing_size)
                         }
-                        Ok(state) => state.logical_size(backing_size),
-                        Err(_) => backing_size,
+                        Ok(state) => {
+                            verity.shown_plain = true;
+                            state.logical_size(backing_size)
+                        }
+                        Err(_) => {
+                            verity.shown_plain = true;
+                            backing_size
+                        }
                     },
                 }
             }
@@ -195,9 +201,13 @@ impl VerityFs {
         verity.file = Some(file.clone());
         // Pages cached while the file was ordinary were never verified: the
         // next open drops them (no FOPEN_KEEP_CACHE), and so does the
-        // notification, for mappings and descriptors already open.
-        verity.cache_verified = false;
-        self.invalidator.invalidate(inode.ino);
+        // notification, for mappings and descriptors already open. It also
+        // drops the attributes, which cost a GETATTR on the next access: it
+        // is sent only if the kernel was ever shown the file as ordinary.
+        verity.cache_verified = !verity.shown_plain;
+        if verity.shown_plain {
+            self.invalidator.invalidate(inode.ino);
+        }
         // Handles opened for writing before can still put bytes in this
         // inode's page cache (the kernel copies a write(2) or a store to a
         // shared mapping into the page before the daemon can refuse it):

@@ -26,6 +26,11 @@ pub struct VerityState {
     /// The kernel's page cache of the file holds only pages this daemon
     /// verified: it was dropped once since the file became verity here.
     pub cache_verified: bool,
+    /// The kernel was shown this file as an ordinary one (its attributes,
+    /// or a handle), so it may hold pages or a size from then. A file
+    /// found to be verity before either, as most are at their first
+    /// lookup, has nothing in the kernel to drop.
+    pub shown_plain: bool,
 }
 
 /// One backing object.
