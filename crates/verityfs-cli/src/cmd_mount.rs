@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use verityfs::image::{ManifestTrust, Store};
-use verityfs::safe_dir::{open_dir, OpenedDir, PathError};
+use verityfs::safe_dir::{open_dir, open_dir_following, OpenedDir, PathError};
 use verityfs::signature::Certificate;
 use verityfs::{Error as LibError, ExpectedDigest};
 use verityfs_fuse::{ImageFs, MountOptions};
@@ -269,9 +269,15 @@ impl MountArgs {
             ));
         }
         let (backing, mountpoint) = (PathBuf::from(backing), PathBuf::from(mountpoint));
-        let dir = prepare_directories(&backing, &mountpoint, self.create)?;
-        verityfs_fuse::run(&backing, &dir, self.options, crate::notify::ready)
-            .map_err(|e| mount_error(&e, &dir))
+        let (backing_dir, dir) = prepare_directories(&backing, &mountpoint, self.create)?;
+        verityfs_fuse::run(
+            &backing,
+            backing_dir,
+            &dir,
+            self.options,
+            crate::notify::ready,
+        )
+        .map_err(|e| mount_error(&e, &dir))
     }
 
     /// How the image at `location` is read.
@@ -368,22 +374,26 @@ fn mount_error(e: &io::Error, dir: &OpenedDir) -> Error {
 }
 
 /// BACKING must be a directory (created with `--create`: a typo must not
-/// serve a new empty directory). A missing MOUNTPOINT is created, as
-/// systemd does for its mounts. Returns the mount point, opened.
-fn prepare_directories(backing: &Path, mountpoint: &Path, create: bool) -> Result<OpenedDir> {
-    let what = quote("backing directory '", backing.as_os_str(), "'");
-    match std::fs::metadata(backing) {
-        Ok(m) if !m.is_dir() => {
-            let e = io::Error::from_raw_os_error(libc::ENOTDIR);
-            return Err(Error::io(what, &e));
+/// serve a new empty directory), reached without symbolic links that others
+/// control (see `verityfs::safe_dir`): the daemon serves the directory it
+/// opened, whatever happens to the path. A missing MOUNTPOINT is created, as
+/// systemd does for its mounts. Returns both, opened.
+fn prepare_directories(
+    backing: &Path,
+    mountpoint: &Path,
+    create: bool,
+) -> Result<(OpenedDir, OpenedDir)> {
+    let backing_dir = open_dir_following(backing, create.then_some(0o755)).map_err(|e| {
+        let error = match PathError::errno_of(&e) {
+            Some(_) => Error::msg(format!("backing directory {e}")),
+            None => Error::io(quote("backing directory '", backing.as_os_str(), "'"), &e),
+        };
+        match e.kind() {
+            io::ErrorKind::NotFound if !create => error.context("use --create to create it"),
+            _ => error,
         }
-        Err(e) if e.kind() == io::ErrorKind::NotFound && !create => {
-            return Err(Error::io(what, &e).context("use --create to create it"));
-        }
-        _ => {}
-    }
-    create_dir(backing)?;
-    prepare_mountpoint(mountpoint)
+    })?;
+    Ok((backing_dir, prepare_mountpoint(mountpoint)?))
 }
 
 /// Opens MOUNTPOINT, created if missing, without being redirected by
@@ -394,11 +404,6 @@ fn prepare_mountpoint(mountpoint: &Path) -> Result<OpenedDir> {
         Some(_) => Error::msg(format!("mount point {e}")),
         None => Error::io(quote("mount point '", mountpoint.as_os_str(), "'"), &e),
     })
-}
-
-fn create_dir(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Error::io(quote("can't create directory '", dir.as_os_str(), "'"), &e))
 }
 
 /// The certificates of a PEM file, or of every `.pem`/`.crt` file of a

@@ -331,6 +331,42 @@ fn a_path_through_another_user_s_symlink_is_refused() {
 }
 
 #[test]
+fn a_backing_directory_behind_another_user_s_link_is_refused() {
+    let (_dir, base) = open_base();
+    let (secret, home, mnt) = (base.join("secret"), base.join("home"), base.join("mnt"));
+    fs::create_dir(&secret).unwrap();
+    fs::write(secret.join("key"), b"root's").unwrap();
+    fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
+    // nobody's share, which root's daemon is asked to serve, becomes a link
+    // to a directory of root's; or a link on the way leads there.
+    let (share, way) = (home.join("share"), home.join("way"));
+    run_ok(as_nobody("ln").arg("-s").arg(&secret).arg(&share));
+    run_ok(as_nobody("ln").arg("-s").arg(&base).arg(&way));
+    let refused = format!("is a symbolic link of uid {NOBODY}, not followed");
+    for (backing, link) in [
+        (share.clone(), String::new()),
+        (way.join("secret"), format!(": '{}'", way.display())),
+    ] {
+        let err = assert_mount_refused(&base, &[&backing, &mnt], &[], &mnt);
+        let want = format!("backing directory '{}'{link} {refused}", backing.display());
+        assert!(err.contains(&want), "{err}");
+    }
+    assert_eq!(mounts_on(&mnt), 0);
+}
+
+#[test]
+fn a_backing_directory_behind_root_s_link_is_served() {
+    let (_dir, base) = open_base();
+    let (backing, link, mnt) = (base.join("b"), base.join("served"), base.join("mnt"));
+    symlink("b", &link).unwrap();
+    let daemon = mounted(&mut verityfs_mount(&link, &mnt), &backing, &mnt);
+    fs::write(mnt.join("f"), b"x").unwrap();
+    assert_eq!(fs::read(backing.join("f")).unwrap(), b"x");
+    unmount(daemon, &mnt);
+}
+
+#[test]
 fn root_s_links_on_the_path_are_followed_and_missing_directories_made() {
     let (_dir, base) = open_base();
     // As /var/run -> /run.

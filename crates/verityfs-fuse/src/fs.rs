@@ -67,16 +67,11 @@ pub struct VerityFs {
 }
 
 impl VerityFs {
-    /// A filesystem over the directory `backing`. Fails clearly if the
+    /// A filesystem over the backing directory `root` (an `O_PATH`
+    /// descriptor), named `backing` in messages. Fails clearly if the
     /// backing filesystem cannot hold verity files (no user extended
     /// attributes).
-    pub fn new(backing: &Path, options: MountOptions) -> io::Result<Self> {
-        let root = rustix::fs::open(
-            backing,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", backing.display())))?;
+    pub fn new(root: OwnedFd, backing: &Path, options: MountOptions) -> io::Result<Self> {
         if !options.read_only {
             probe_xattrs(&root, backing)?;
         }

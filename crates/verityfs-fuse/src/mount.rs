@@ -11,7 +11,7 @@ use fuser::{
 };
 
 use rustix::mount::{unmount, UnmountFlags};
-use verityfs::safe_dir::{open_dir, OpenedDir};
+use verityfs::safe_dir::{open_dir, open_dir_following, OpenedDir};
 
 use crate::direct_mount;
 use crate::fs::{MountOptions, VerityFs};
@@ -262,12 +262,11 @@ impl<'a> Target<'a> {
 
 /// The canonical path of `backing` and the mount point `dir`, checked for
 /// a layout that can be served (see `placement`).
-fn prepare<'a>(backing: &Path, dir: &'a OpenedDir) -> io::Result<(PathBuf, Target<'a>)> {
-    let backing = std::fs::canonicalize(backing)
-        .map_err(|e| io::Error::new(e.kind(), format!("'{}': {e}", backing.display())))?;
+fn prepare<'a>(backing: &OpenedDir, dir: &'a OpenedDir) -> io::Result<(PathBuf, Target<'a>)> {
+    let path = backing.path()?;
     let target = Target::new(dir)?;
-    crate::placement::check(&backing, &target.path, dir.fd())?;
-    Ok((backing, target))
+    crate::placement::check(backing.fd(), &path, &target.path, dir.fd())?;
+    Ok((path, target))
 }
 
 /// The options of an image mount: read-only, whatever was asked.
@@ -317,21 +316,24 @@ fn new_session<FS: Mountable>(
     Ok((session, ours))
 }
 
-/// Mounts a verityfs of `backing` on the directory `mountpoint` (opened
-/// with [`verityfs::safe_dir::open_dir`]) and serves it until it is
+/// Mounts a verityfs of the directory `backing_dir` (named `backing` in
+/// messages, and opened with [`verityfs::safe_dir::open_dir_following`])
+/// on the directory `mountpoint` (opened with
+/// [`verityfs::safe_dir::open_dir`]) and serves it until it is
 /// unmounted (`umount`, `fusermount3 -u`) or the process gets SIGINT or
 /// SIGTERM, which unmount it cleanly. `mounted` is called once the mount
 /// is there (before its requests are served: they wait for the server).
 pub fn run(
     backing: &Path,
+    backing_dir: OpenedDir,
     mountpoint: &OpenedDir,
     options: MountOptions,
     mounted: impl FnOnce(),
 ) -> io::Result<()> {
+    let (path, target) = prepare(&backing_dir, mountpoint)?;
     // Messages about the backing directory name it as the user did.
-    let fs = VerityFs::new(backing, options.clone())?;
-    let (backing, target) = prepare(backing, mountpoint)?;
-    let fsname = backing.display().to_string();
+    let fs = VerityFs::new(backing_dir.into_fd(), backing, options.clone())?;
+    let fsname = path.display().to_string();
     serve(fs, &fsname, &target, &options, &[], mounted)
 }
 
@@ -548,13 +550,16 @@ pub struct BackgroundMount {
 }
 
 impl BackgroundMount {
-    /// Mounts `backing` on the directory `mountpoint` (which must exist;
-    /// opened with [`verityfs::safe_dir::open_dir`]) in the background.
+    /// Mounts `backing` (opened with
+    /// [`verityfs::safe_dir::open_dir_following`]) on the directory
+    /// `mountpoint` (which must exist; opened with
+    /// [`verityfs::safe_dir::open_dir`]) in the background.
     pub fn spawn(backing: &Path, mountpoint: &Path, options: MountOptions) -> io::Result<Self> {
-        let fs = VerityFs::new(backing, options.clone())?;
+        let backing_dir = open_dir_following(backing, None)?;
         let dir = open_dir(mountpoint, None)?;
-        let (backing, target) = prepare(backing, &dir)?;
-        let fsname = backing.display().to_string();
+        let (path, target) = prepare(&backing_dir, &dir)?;
+        let fs = VerityFs::new(backing_dir.into_fd(), backing, options.clone())?;
+        let fsname = path.display().to_string();
         let (session, ours) = new_session(fs, &fsname, &target, &options, &[])?;
         Ok(BackgroundMount {
             session: Some(session.spawn()?),

@@ -18,9 +18,15 @@ use crate::mountinfo::{mount_on, mounts};
 pub const FSTYPE: &str = "fuse.verityfs";
 
 /// Checks that the directory `dir`, whose canonical path is `mountpoint`,
-/// can take a mount of the directory `backing` (canonical): it is neither
-/// the backing directory nor inside it, and not already a verityfs mount.
-pub fn check(backing: &Path, mountpoint: &Path, dir: &OwnedFd) -> io::Result<()> {
+/// can take a mount of the directory `backing_fd`, whose canonical path is
+/// `backing`: it is neither the backing directory nor inside it, and not
+/// already a verityfs mount.
+pub fn check(
+    backing_fd: &OwnedFd,
+    backing: &Path,
+    mountpoint: &Path,
+    dir: &OwnedFd,
+) -> io::Result<()> {
     // First, from the mount table only: a hung mount there must not hang
     // us too.
     if let Some(mount) = mount_on(mountpoint)? {
@@ -34,7 +40,7 @@ pub fn check(backing: &Path, mountpoint: &Path, dir: &OwnedFd) -> io::Result<()>
             ));
         }
     }
-    let reachable = reachable_roots(backing)?;
+    let reachable = reachable_roots(backing_fd, backing)?;
     for key in ancestry(dir)? {
         if reachable.contains(&key) {
             return Err(io::Error::new(
@@ -70,10 +76,11 @@ fn open_dir(at: Option<&OwnedFd>, path: &Path) -> io::Result<OwnedFd> {
     })
 }
 
-/// The directories whose subtrees the daemon reaches from `backing`: the
-/// backing directory and the roots of the mounts under it.
-fn reachable_roots(backing: &Path) -> io::Result<Vec<Key>> {
-    let mut roots = vec![key(&open_dir(None, backing)?)?];
+/// The directories whose subtrees the daemon reaches from the backing
+/// directory `backing_fd`, whose path is `backing`: itself and the roots
+/// of the mounts under it.
+fn reachable_roots(backing_fd: &OwnedFd, backing: &Path) -> io::Result<Vec<Key>> {
+    let mut roots = vec![key(backing_fd)?];
     let under: Vec<PathBuf> = mounts()?
         .into_iter()
         .map(|m| m.point)

@@ -9,7 +9,9 @@
 //! directory it is. Along the way:
 //!
 //! - the last component is never followed if it is a symbolic link
-//!   (`ELOOP`, as `O_NOFOLLOW` gives);
+//!   (`ELOOP`, as `O_NOFOLLOW` gives): a directory to mount on must be
+//!   the one named. [`open_dir_following`], for a directory to serve,
+//!   follows it under the rule of the others;
 //! - a symbolic link before it is followed only if it belongs to root or
 //!   to the effective user: a link can be changed only by replacing it,
 //!   which makes the replacement belong to whoever made it, so a link of
@@ -184,6 +186,21 @@ fn steps(path: &Path) -> Vec<Step> {
 /// component, with the kernel's errno: `ELOOP` for a refused link,
 /// `ENOTDIR`, `ENOENT`, or that of the failed call.
 pub fn open_dir(path: &Path, create: Option<u32>) -> io::Result<OpenedDir> {
+    walk(path, create, false)
+}
+
+/// [`open_dir`], except that a symbolic link as the last component is
+/// followed under the rules of the others (root's or the effective user's
+/// links only, and so on): for a directory whose contents are used, such
+/// as a backing directory, where a link to it, of the system's or of the
+/// user's own, is what its administrator means.
+pub fn open_dir_following(path: &Path, create: Option<u32>) -> io::Result<OpenedDir> {
+    walk(path, create, true)
+}
+
+/// Walks `path` as [`open_dir`] says, following a final symbolic link if
+/// `follow_last`.
+fn walk(path: &Path, create: Option<u32>, follow_last: bool) -> io::Result<OpenedDir> {
     let fail = |walked: &Path, errno: Errno, why: &str| {
         let detail = if walked == path || why.is_empty() {
             String::new()
@@ -241,7 +258,7 @@ pub fn open_dir(path: &Path, create: Option<u32>) -> io::Result<OpenedDir> {
                     ino: st.st_ino,
                 });
             }
-            FileType::Symlink if last => {
+            FileType::Symlink if last && !follow_last => {
                 return Err(fail(
                     &walked,
                     Errno::LOOP,
@@ -352,6 +369,21 @@ mod tests {
             e.to_string().contains("is a symbolic link, not followed"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_final_symlink_is_followed_on_request_under_the_same_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::create_dir(&target).unwrap();
+        let link = dir.path().join("link");
+        symlink(&target, &link).unwrap();
+        let opened = open_dir_following(&link, None).unwrap();
+        assert_eq!(opened.path().unwrap(), target);
+        give(&link, 65534);
+        let e = open_dir_following(&link, None).unwrap_err();
+        assert_eq!(errno(&e), libc::ELOOP, "{e}");
+        assert!(e.to_string().contains("symbolic link of uid 65534"), "{e}");
     }
 
     #[test]
