@@ -653,13 +653,8 @@ while True:
 /// How many daemons are signalled while the exchanger runs.
 const SIGNALLED_DAEMONS: usize = 30;
 
-/// How long a signalled daemon is given to exit: it may refuse to unmount
-/// (its place did not show its mount when it looked), which is not what
-/// is tested, so it is not waited for long.
-const SIGNALLED_EXIT: Duration = Duration::from_secs(2);
-
 #[test]
-fn a_parent_swapped_for_a_link_while_unmounting_never_redirects_the_unmount() {
+fn a_parent_swapped_for_a_link_while_unmounting_neither_redirects_nor_stops_the_unmount() {
     let (_dir, base) = open_base();
     let backing = base.join("b");
     let (attacker, victim) = attacker_and_victim(&base);
@@ -678,7 +673,7 @@ fn a_parent_swapped_for_a_link_while_unmounting_never_redirects_the_unmount() {
             assert!(Instant::now() < deadline, "the exchanger does not exchange");
         }
         signal(&daemon, rustix::process::Signal::TERM);
-        let status = wait_for(&mut daemon.0, SIGNALLED_EXIT);
+        let status = wait_for(&mut daemon.0, EXIT_TIMEOUT);
         drop(exchanger);
         if fs::symlink_metadata(&sub).unwrap().is_symlink() {
             let exchange = rustix::fs::RenameFlags::EXCHANGE;
@@ -693,7 +688,12 @@ fn a_parent_swapped_for_a_link_while_unmounting_never_redirects_the_unmount() {
         );
         exited += usize::from(status.is_some_and(|s| s.success()));
     }
-    eprintln!("{exited} of {SIGNALLED_DAEMONS} daemons unmounted their mount and exited");
+    // The place is checked by its mount ID, which renames above it do not
+    // change: no daemon took its own mount for gone.
+    assert_eq!(
+        exited, SIGNALLED_DAEMONS,
+        "daemons that unmounted their mount and exited 0"
+    );
 }
 
 /// Stops `pid` (SIGSTOP) until the guard returned is dropped.

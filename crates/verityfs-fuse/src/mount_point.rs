@@ -7,16 +7,17 @@
 //! a user who owns one of them may rename it, or swap it for a symbolic
 //! link to somewhere else, but `/proc/self/fd/P/NAME` still walks from the
 //! very parent the mount was made in. Actions on the mount by name (the
-//! unmount, a look at the mount table) go through this place.
+//! unmount, a look at the mount table, by the place's mount ID) go through
+//! this place.
 
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags, CWD};
 
-use crate::mountinfo::{mount_on, MountEntry};
+use crate::mountinfo::{mount_of_id, MountEntry};
 
 /// A mount point: its parent directory, held open, and its name there.
 pub(crate) struct MountPoint {
@@ -54,9 +55,15 @@ impl MountPoint {
         Ok(std::fs::read_link(proc_fd(&self.parent))?.join(&self.name))
     }
 
-    /// The mount on it now (the last one, which hides the others).
+    /// The mount on it now (the last one, which hides the others), found
+    /// by the mount ID the kernel gives the place, not by its path: renames
+    /// above it while the mount table is read cannot hide it. Nothing is
+    /// asked of the filesystem mounted there (`AT_STATX_DONT_SYNC`, the
+    /// mount ID only), so a hung server cannot hang this.
     pub(crate) fn mount(&self) -> io::Result<Option<MountEntry>> {
-        mount_on(&self.path()?)
+        let flags = AtFlags::SYMLINK_NOFOLLOW | AtFlags::STATX_DONT_SYNC;
+        let place = rustix::fs::statx(CWD, self.fixed(), flags, StatxFlags::MNT_ID)?;
+        mount_of_id(place.stx_mnt_id)
     }
 }
 
