@@ -595,6 +595,37 @@ fn documented_encoding() {
 }
 
 #[test]
+fn publishing_again_replaces_damaged_objects() {
+    let image = Image::new(&MerkleTreeParams::default());
+    let clean = image.dir.path().join("clean");
+    publish(&image.src, &clean, &MerkleTreeParams::default()).unwrap();
+    let mut names: Vec<_> = fs::read_dir(image.dest.join("objects"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    // One object with a byte changed, one cut short, one a link elsewhere.
+    let mut flipped = fs::read(&names[0]).unwrap();
+    flipped[0] ^= 1;
+    fs::write(&names[0], flipped).unwrap();
+    let cut = fs::read(&names[1]).unwrap();
+    fs::write(&names[1], &cut[..cut.len() / 2]).unwrap();
+    fs::remove_file(&names[2]).unwrap();
+    std::os::unix::fs::symlink(clean.join("manifest"), &names[2]).unwrap();
+    let again = publish(&image.src, &image.dest, &MerkleTreeParams::default()).unwrap();
+    assert_eq!(
+        again.objects_written, 3,
+        "the damaged objects were replaced"
+    );
+    for name in &names {
+        let fresh = clean.join("objects").join(name.file_name().unwrap());
+        let meta = fs::symlink_metadata(name).unwrap();
+        assert!(meta.is_file(), "{}", name.display());
+        assert_eq!(fs::read(name).unwrap(), fs::read(fresh).unwrap());
+    }
+}
+
+#[test]
 fn publishing_again_gives_the_same_digest_and_shares_objects() {
     let image = Image::new(&MerkleTreeParams::default());
     let again = publish(&image.src, &image.dest, &MerkleTreeParams::default()).unwrap();

@@ -40,7 +40,7 @@ pub struct Published {
     /// Entries in the manifest, the root included.
     pub entries: usize,
     /// Objects written (identical contents are stored once; objects
-    /// already in the destination are kept).
+    /// already in the destination with the same bytes are kept).
     pub objects_written: usize,
     /// Files of other types (devices, FIFOs, sockets), not published.
     pub skipped: Vec<PathBuf>,
@@ -50,8 +50,9 @@ pub struct Published {
 /// `dest` (created if missing, not inside `src`, else `EINVAL`): one object per distinct file content in
 /// `dest/objects/`, then the manifest as `dest/manifest`, each written
 /// under a temporary name, synced and renamed into place, so a reader
-/// never sees a partial object or manifest. Objects already present are
-/// kept: several images can share one destination.
+/// never sees a partial object or manifest. Objects already present with
+/// the same bytes are kept (several images can share one destination);
+/// others under an object's name are replaced.
 ///
 /// Regular files, directories and symlinks are published with their
 /// permission bits and modification times; owners are not recorded (the
@@ -225,13 +226,47 @@ impl Publisher<'_> {
         let target = self
             .dest
             .join(object_path(self.params.hash_algorithm(), &object.digest));
-        if !target.exists() {
+        if !holds_same(&target, &temp.file)? {
             temp.persist(&target)?;
             self.objects_written += 1;
         }
         Ok(object)
     }
 }
+
+/// Whether `target` is a regular file (not followed if a link) with the
+/// bytes of `new`: an object published before, kept as it is. One damaged
+/// or cut short (a disk error, a copy stopped halfway, anyone who can write
+/// the destination) is replaced, so that a publish always leaves the
+/// objects its manifest names, whatever was there.
+fn holds_same(target: &Path, new: &File) -> io::Result<bool> {
+    // Not blocking on a FIFO someone put there.
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let old = match rustix::fs::open(target, flags, Mode::empty()) {
+        Ok(fd) => File::from(fd),
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
+    let (old_meta, size) = (old.metadata()?, new.metadata()?.len());
+    if !old_meta.is_file() || old_meta.len() != size {
+        return Ok(false);
+    }
+    let (mut theirs, mut ours) = (vec![0; COMPARE_CHUNK], vec![0; COMPARE_CHUNK]);
+    let mut pos = 0;
+    while pos < size {
+        let n = (size - pos).min(COMPARE_CHUNK as u64) as usize;
+        old.read_exact_at(&mut theirs[..n], pos)?;
+        new.read_exact_at(&mut ours[..n], pos)?;
+        if theirs[..n] != ours[..n] {
+            return Ok(false);
+        }
+        pos += n as u64;
+    }
+    Ok(true)
+}
+
+/// How much of an object [`holds_same`] compares at a time.
+const COMPARE_CHUNK: usize = 1 << 20;
 
 /// An entry with the permission bits and modification time of `stat`.
 fn entry(parent: u32, name: Vec<u8>, stat: &Stat, kind: EntryKind) -> Entry {
@@ -348,6 +383,7 @@ impl TempFile {
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let path = dir.join(format!(".tmp-{}-{n}", std::process::id()));
         let file = fs::OpenOptions::new()
+            .read(true)
             .write(true)
             .create_new(true)
             .open(&path)?;
