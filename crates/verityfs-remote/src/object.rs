@@ -444,6 +444,11 @@ impl Source for Object {
         }
         if let Some(disk) = &self.disk {
             dropped |= disk.forget(offset, len);
+            // A size only the disk told may be what was wrong: from now on
+            // only a response's counts, and the caller may read again.
+            dropped |= self.known_size().is_none()
+                && disk.size().is_some()
+                && !self.disk_size_wrong.swap(true, Ordering::Relaxed);
         }
         dropped
             | self

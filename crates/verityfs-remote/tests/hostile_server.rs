@@ -6,11 +6,13 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use verityfs::image::Store;
+use verityfs::image::{open_manifest, publish, ManifestTrust, Store, MANIFEST_NAME};
+use verityfs::{MerkleTreeParams, ReadOptions, Verifier};
 use verityfs_remote::{RemoteOptions, RemoteStore};
 
 /// The object every server here serves.
@@ -20,8 +22,28 @@ fn contents() -> Vec<u8> {
     (0..OBJECT).map(|i| (i * 7 % 251) as u8).collect()
 }
 
-/// How the server answers its `n`-th request for `range` of the object.
-type Answer = dyn Fn(usize, (usize, usize), &mut TcpStream) + Send + Sync;
+/// A request's `Range`: `bytes=A-B` or `bytes=A-` (`From`), or
+/// `bytes=-N`, the last N bytes (`Suffix`).
+#[derive(Clone, Copy)]
+enum Range {
+    From(usize, Option<usize>),
+    Suffix(usize),
+}
+
+impl Range {
+    /// Its first and last byte in an object of `total` bytes (the first
+    /// is `total` or more if it starts past the end).
+    fn within(self, total: usize) -> (usize, usize) {
+        match self {
+            Range::From(a, b) => (a, b.map_or(total - 1, |b| b.min(total - 1))),
+            Range::Suffix(n) => (total.saturating_sub(n), total - 1),
+        }
+    }
+}
+
+/// How the server answers its `n`-th request, for `range` of the object at
+/// `path`.
+type Answer = dyn Fn(usize, &str, Range, &mut TcpStream) + Send + Sync;
 
 /// Serves on 127.0.0.1 with `answer`; returns the URL.
 fn serve(answer: Arc<Answer>) -> String {
@@ -41,34 +63,56 @@ fn serve(answer: Arc<Answer>) -> String {
 fn serve_connection(mut stream: TcpStream, answer: &Answer, count: &AtomicUsize) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     loop {
-        let mut range = (0, OBJECT - 1);
+        let mut range = Range::From(0, None);
         let mut line = String::new();
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
             return;
         }
+        let path = line
+            .split(' ')
+            .nth(1)
+            .unwrap_or("/")
+            .trim_start_matches('/');
+        let path = path.to_owned();
         loop {
             line.clear();
             if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
                 break;
             }
             if let Some(r) = line.to_ascii_lowercase().strip_prefix("range: bytes=") {
-                let (a, b) = r.trim().split_once('-').unwrap();
-                range = (a.parse().unwrap(), b.parse().unwrap_or(OBJECT - 1));
+                range = match r.trim().split_once('-').unwrap() {
+                    ("", n) => Range::Suffix(n.parse().unwrap()),
+                    (a, b) => Range::From(a.parse().unwrap(), b.parse().ok()),
+                };
             }
         }
-        answer(count.fetch_add(1, Ordering::SeqCst), range, &mut stream);
+        answer(
+            count.fetch_add(1, Ordering::SeqCst),
+            &path,
+            range,
+            &mut stream,
+        );
     }
 }
 
-/// A `206` for `range`, claiming the object has `total` bytes.
-fn partial(stream: &mut TcpStream, (a, b): (usize, usize), total: usize) {
-    let b = b.min(OBJECT - 1);
-    let head = format!(
-        "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{total}\r\nContent-Length: {}\r\n\r\n",
-        b + 1 - a
-    );
+/// A `206` for `range` of `bytes`, claiming they are `total` bytes (zeros
+/// past their end), or a `416` if it starts past `total`.
+fn partial(stream: &mut TcpStream, bytes: &[u8], range: Range, total: usize) {
+    let (a, b) = range.within(total);
+    let head = match a < total {
+        true => format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{total}\r\nContent-Length: {}\r\n\r\n",
+            b + 1 - a
+        ),
+        false => format!(
+            "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{total}\r\nContent-Length: 0\r\n\r\n"
+        ),
+    };
     let _ = stream.write_all(head.as_bytes());
-    let _ = stream.write_all(&contents()[a..=b]);
+    let body = (a..=b)
+        .filter(|_| a < total)
+        .map(|i| bytes.get(i).copied().unwrap_or(0));
+    let _ = stream.write_all(&body.collect::<Vec<u8>>());
 }
 
 fn store(url: &str) -> RemoteStore {
@@ -93,7 +137,8 @@ fn resident_bytes() -> u64 {
 #[test]
 fn an_endless_body_fails_the_read_without_filling_memory() {
     let url = serve(Arc::new(
-        |_, (a, b): (usize, usize), stream: &mut TcpStream| {
+        |_, _: &str, range: Range, stream: &mut TcpStream| {
+            let (a, b) = range.within(OBJECT);
             let head = format!(
             "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{OBJECT}\r\nTransfer-Encoding: chunked\r\n\r\n"
         );
@@ -129,9 +174,9 @@ fn an_endless_body_fails_the_read_without_filling_memory() {
 #[test]
 fn a_size_lied_about_once_does_not_fail_later_reads() {
     // The first answer says the object ends after 4096 bytes; then the truth.
-    let url = serve(Arc::new(|n, range, stream: &mut TcpStream| {
+    let url = serve(Arc::new(|n, _: &str, range, stream: &mut TcpStream| {
         let total = if n == 0 { 4096 } else { OBJECT };
-        partial(stream, (range.0, range.1.min(total - 1)), total)
+        partial(stream, &contents(), range, total)
     }));
     let object = store(&url).open("object").unwrap();
     let mut buf = [0u8; 4096];
@@ -151,7 +196,8 @@ fn a_chunk_is_read_while_the_rest_of_its_request_is_on_its_way() {
     // The first chunk of whatever is asked for, then nothing for longer
     // than the store waits.
     let url = serve(Arc::new(
-        |_, (a, b): (usize, usize), stream: &mut TcpStream| {
+        |_, _: &str, range: Range, stream: &mut TcpStream| {
+            let (a, b) = range.within(TOTAL);
             if a >= TOTAL {
                 let head = format!(
                 "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{TOTAL}\r\nContent-Length: 0\r\n\r\n"
@@ -159,7 +205,6 @@ fn a_chunk_is_read_while_the_rest_of_its_request_is_on_its_way() {
                 let _ = stream.write_all(head.as_bytes());
                 return;
             }
-            let b = b.min(TOTAL - 1);
             let head = format!(
             "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{TOTAL}\r\nContent-Length: {}\r\n\r\n",
             b + 1 - a
@@ -177,4 +222,50 @@ fn a_chunk_is_read_while_the_rest_of_its_request_is_on_its_way() {
         .read_exact_at(&mut buf, 0)
         .expect("the first chunk, arrived while the others have not");
     assert!(buf.iter().all(|&b| b == 7));
+}
+
+#[test]
+fn a_manifest_size_lied_about_once_does_not_fail_later_mounts_from_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, image) = (dir.path().join("src"), dir.path().join("image"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("hello"), b"hello world\n").unwrap();
+    let published = publish(&src, &image, &MerkleTreeParams::default()).unwrap();
+    let digest = format!("sha256:{}", published.digest);
+    // While `lie` is set, the manifest is said to be 8 MiB longer than it
+    // is: past the first chunk, so that no read of it tells the truth.
+    let lie = Arc::new(AtomicBool::new(true));
+    let url = {
+        let (lie, image) = (lie.clone(), image.clone());
+        serve(Arc::new(
+            move |_, path: &str, range, stream: &mut TcpStream| {
+                let bytes = std::fs::read(image.join(path)).unwrap_or_default();
+                let extra = match path == MANIFEST_NAME && lie.load(Ordering::SeqCst) {
+                    true => 8 << 20,
+                    false => 0,
+                };
+                partial(stream, &bytes, range, bytes.len() + extra)
+            },
+        ))
+    };
+    let trust = ManifestTrust::Digest(digest.parse().unwrap());
+    let mount = |cache: &Path| {
+        let store = store(&url)
+            .with_cache(cache, 1 << 30, Some(&digest))
+            .unwrap();
+        let verifier = Verifier::new(ReadOptions::default());
+        open_manifest(&verifier, store.open(MANIFEST_NAME).unwrap(), &trust).map(drop)
+    };
+    let cache = dir.path().join("cache");
+    assert!(mount(&cache).is_err(), "mounted through the lie");
+    lie.store(false, Ordering::SeqCst);
+    // The size the liar claimed is in the cache's records now: it is
+    // dropped at the first read it fails, and the mount goes on.
+    for attempt in 1..=2 {
+        let mounted = mount(&cache);
+        assert!(
+            mounted.is_ok(),
+            "mount {attempt} after the lie: {mounted:?}"
+        );
+    }
 }
