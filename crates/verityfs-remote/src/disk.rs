@@ -36,7 +36,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags, Stat};
 use rustix::io::Errno;
@@ -109,13 +109,26 @@ fn taken(st: &Stat) -> u64 {
 }
 
 /// Runs `f` with an exclusive lock on `file`, held by other mounts
-/// sharing the directory too.
+/// sharing the directory too. The lock is waited for [`LOCK_WAIT`] at
+/// most (`EWOULDBLOCK` then): another mount holds it only while it changes
+/// a few bytes, and one stopped while holding it, or whoever else holds
+/// it, must not stop this mount's reads, which wait for the map's mutex
+/// meanwhile. What could not be written to the file stays in memory.
 fn locked<T>(file: &File, f: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
-    rustix::fs::flock(file, FlockOperation::LockExclusive)?;
+    let start = Instant::now();
+    while let Err(e) = rustix::fs::flock(file, FlockOperation::NonBlockingLockExclusive) {
+        if e != rustix::io::Errno::WOULDBLOCK || start.elapsed() >= LOCK_WAIT {
+            return Err(e.into());
+        }
+        std::thread::sleep(LOCK_WAIT / 16);
+    }
     let result = f();
     rustix::fs::flock(file, FlockOperation::Unlock)?;
     result
 }
+
+/// How long [`locked`] waits for a map file's lock.
+const LOCK_WAIT: Duration = Duration::from_millis(20);
 
 /// Fills `buf` from `pos` of `file` as far as the file goes (the rest
 /// stays as it is).

@@ -269,3 +269,32 @@ fn a_manifest_size_lied_about_once_does_not_fail_later_mounts_from_the_cache() {
         );
     }
 }
+
+#[test]
+fn a_lock_held_on_a_map_of_the_cache_does_not_hang_reads() {
+    let url = serve(Arc::new(|_, _: &str, range, stream: &mut TcpStream| {
+        partial(stream, &contents(), range, OBJECT)
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let hex = "ab".repeat(32);
+    let store = store(&url).with_cache(&cache, 1 << 30, None).unwrap();
+    let object = store.open(&format!("objects/sha256-{hex}")).unwrap();
+    // Another process of the cache's owner (a second mount of it, stopped
+    // at the wrong moment) holds the object's map locked, for good.
+    let map = std::fs::File::open(cache.join(format!("objects-sha256-{hex}.map"))).unwrap();
+    rustix::fs::flock(&map, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for _ in 0..2 {
+            let mut buf = [0u8; 4096];
+            let read = object.read_exact_at(&mut buf, 0).map(|()| buf);
+            let _ = done.send(read.map_err(|e| e.to_string()));
+        }
+    });
+    for n in 0..2 {
+        let read = finished.recv_timeout(Duration::from_secs(10));
+        let read = read.unwrap_or_else(|_| panic!("read {n} hung while the map was locked"));
+        assert_eq!(read.unwrap()[..], contents()[..4096], "read {n}");
+    }
+}
