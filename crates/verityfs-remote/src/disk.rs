@@ -34,8 +34,8 @@ use std::ops::Range;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags, Stat};
@@ -159,6 +159,10 @@ pub(crate) struct DiskCache {
     used: AtomicU64,
     /// Held while dropping objects.
     evicting: Mutex<()>,
+    /// The objects open now: one dropped while open keeps its files until
+    /// it is closed, so it is told to stop using them and to let their
+    /// space go (see [`CachedObject::evicted`]).
+    open: Mutex<Vec<Weak<CachedObject>>>,
 }
 
 /// An object of the cache, as eviction sees it.
@@ -218,6 +222,7 @@ impl DiskCache {
             largest: max.min(MAX_OBJECT),
             used: AtomicU64::new(0),
             evicting: Mutex::new(()),
+            open: Mutex::default(),
         });
         cache.evict_if_full()?;
         Ok(cache)
@@ -255,12 +260,18 @@ impl DiskCache {
             state.reset(&map, state.size)?;
         }
         map.set_modified(SystemTime::now())?;
-        Ok(Arc::new(CachedObject {
+        let object = Arc::new(CachedObject {
             cache: self.clone(),
+            name: name.to_owned(),
             data,
             map,
             state: Mutex::new(state),
-        }))
+            evicted: AtomicBool::new(false),
+        });
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|o| o.strong_count() > 0);
+        open.push(Arc::downgrade(&object));
+        Ok(object)
     }
 
     /// The file `name` of the directory, to read and write, created (mode
@@ -364,6 +375,17 @@ impl DiskCache {
         }
     }
 
+    /// Tells the open objects named `name`, whose files were just removed,
+    /// that they were.
+    fn evicted(&self, name: &str) {
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        for object in open.iter().filter_map(Weak::upgrade) {
+            if object.name == name {
+                object.evicted();
+            }
+        }
+    }
+
     /// Counts what the cache takes; if over its limit, drops the least
     /// recently used objects until it takes at most 90% of it, so that
     /// the next writes do not count and drop again at once.
@@ -384,6 +406,7 @@ impl DiskCache {
                 let _ = rustix::fs::unlinkat(&self.dir, &entry.name, AtFlags::empty());
                 let map = format!("{}{MAP}", entry.name);
                 let _ = rustix::fs::unlinkat(&self.dir, map, AtFlags::empty());
+                self.evicted(&entry.name);
                 used = used.saturating_sub(entry.taken);
             }
         }
@@ -395,9 +418,14 @@ impl DiskCache {
 /// One object's bytes in the cache.
 pub(crate) struct CachedObject {
     cache: Arc<DiskCache>,
+    /// Its name in the cache.
+    name: String,
     data: File,
     map: File,
     state: Mutex<Map>,
+    /// Its files were removed from the cache while it was open: they are
+    /// neither read nor written any more.
+    evicted: AtomicBool,
 }
 
 /// A map in memory.
@@ -513,6 +541,18 @@ impl CachedObject {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Stops using its files, removed from the cache: nothing is held any
+    /// more, and the space of its bytes is given back now rather than when
+    /// it is closed, so that the cache keeps to its limit. (A write already
+    /// under way may still land in the removed file: one piece at most.)
+    fn evicted(&self) {
+        let mut map = self.lock();
+        self.evicted.store(true, Ordering::Relaxed);
+        map.bits.clear();
+        let _ = self.data.set_len(0);
+        let _ = self.map.set_len(0);
+    }
+
     /// Fills `buf` from `pos` if every block it touches is held.
     pub(crate) fn read(&self, buf: &mut [u8], pos: u64) -> bool {
         self.lock().holds(pos, buf.len() as u64) && self.data.read_exact_at(buf, pos).is_ok()
@@ -526,7 +566,7 @@ impl CachedObject {
         let Some(end) = pos.checked_add(bytes.len() as u64) else {
             return;
         };
-        if size > self.cache.largest || end > size {
+        if size > self.cache.largest || end > size || self.evicted.load(Ordering::Relaxed) {
             return;
         }
         // From here on, offsets are at most `MAX_OBJECT` and a block.
@@ -547,7 +587,9 @@ impl CachedObject {
             return;
         }
         let mut map = self.lock();
-        if map.size != size && map.set_size(&self.map, size).is_err() {
+        if self.evicted.load(Ordering::Relaxed)
+            || (map.size != size && map.set_size(&self.map, size).is_err())
+        {
             return;
         }
         let grown = self.update(&mut map, first..last, true);

@@ -298,3 +298,57 @@ fn a_lock_held_on_a_map_of_the_cache_does_not_hang_reads() {
         assert_eq!(read.unwrap()[..], contents()[..4096], "read {n}");
     }
 }
+
+/// The bytes the files of `dir` take, and those of its removed files this
+/// process still holds open.
+fn disk_usage(dir: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let listed = std::fs::read_dir(dir).unwrap().flatten();
+    let listed = listed.map(|e| e.metadata().unwrap().blocks() * 512).sum();
+    let removed = std::fs::read_dir("/proc/self/fd").unwrap().flatten();
+    let removed = removed
+        .filter(|e| {
+            std::fs::read_link(e.path())
+                .is_ok_and(|l| l.starts_with(dir) && l.to_string_lossy().ends_with(" (deleted)"))
+        })
+        .filter_map(|e| std::fs::metadata(e.path()).ok());
+    (listed, removed.map(|m| m.blocks() * 512).sum())
+}
+
+#[test]
+fn the_disk_cache_keeps_to_its_limit_while_objects_it_dropped_are_read() {
+    const SIZE: usize = 3 << 20;
+    const MAX: u64 = 4 << 20;
+    let names: Vec<String> = (0..6)
+        .map(|i| format!("objects/sha256-{i:02x}{}", "ab".repeat(31)))
+        .collect();
+    let url = {
+        let names = names.clone();
+        serve(Arc::new(
+            move |_, path: &str, range, stream: &mut TcpStream| {
+                let i = names.iter().position(|n| n == path).unwrap_or(0);
+                let bytes: Vec<u8> = (0..SIZE).map(|b| (b * (i + 3) % 251) as u8).collect();
+                partial(stream, &bytes, range, SIZE)
+            },
+        ))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let store = store(&url).with_cache(&cache, MAX, None).unwrap();
+    // Every object stays open while the others push it out of the cache.
+    let objects: Vec<_> = names.iter().map(|n| store.open(n).unwrap()).collect();
+    for half in 0..2 {
+        for object in &objects {
+            let mut buf = vec![0u8; SIZE / 2];
+            object
+                .read_exact_at(&mut buf, (half * SIZE / 2) as u64)
+                .unwrap();
+        }
+    }
+    let (listed, removed) = disk_usage(&cache);
+    assert!(
+        listed + removed <= MAX,
+        "the cache takes {listed} bytes in its files and {removed} in removed files still \
+         open: over its limit of {MAX}"
+    );
+}
