@@ -145,6 +145,28 @@ fn a_wrong_digest_is_refused_before_mounting() {
 }
 
 #[test]
+fn an_image_directory_behind_another_user_s_link_is_refused() {
+    let image = Image::publish(BIG_SIZE);
+    let (home, mnt) = (
+        image.image.with_file_name("home"),
+        image.image.with_file_name("mnt"),
+    );
+    fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
+    let link = home.join("image");
+    std::os::unix::fs::symlink(&image.image, &link).unwrap();
+    let nobody = rustix::fs::Uid::from_raw(NOBODY);
+    let flags = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
+    rustix::fs::chownat(rustix::fs::CWD, &link, Some(nobody), None, flags).unwrap();
+    let out = mount_image(&link, &mnt, &[&format!("--digest={}", image.digest)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let refused = format!("'{}' is a symbolic link of uid {NOBODY}", link.display());
+    assert!(stderr.contains(&refused), "{stderr}");
+    assert!(!is_mounted(&mnt));
+}
+
+#[test]
 fn images_need_a_valid_digest_and_options_for_their_kind() {
     let image = Image::publish(BIG_SIZE);
     let mnt = image.image.with_file_name("mnt");

@@ -31,10 +31,11 @@ pub struct DirStore {
 }
 
 impl DirStore {
-    /// The image in the directory `dir`.
+    /// The image in the directory `dir`, opened once and never through
+    /// another user's symbolic link on its path
+    /// ([`open_dir_following`](crate::safe_dir::open_dir_following)).
     pub fn new(dir: &Path) -> io::Result<Self> {
-        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let dir = rustix::fs::open(dir, flags, Mode::empty())?;
+        let dir = crate::safe_dir::open_dir_following(dir, None)?.into_fd();
         Ok(DirStore { dir })
     }
 }
