@@ -643,8 +643,10 @@ impl Job for ImageJob {
 
 /// Replies to an open of an image's file.
 fn opened(reply: ReplyOpen) {
-    // The contents never change: the page cache outlives a close.
-    reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
+    // The contents never change: the page cache outlives a close, which
+    // has nothing to flush.
+    let flags = FopenFlags::FOPEN_KEEP_CACHE | crate::file_ops::no_flush(true);
+    reply.opened(FileHandle(0), flags);
 }
 
 impl ImageFs {
