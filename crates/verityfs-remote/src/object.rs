@@ -434,7 +434,8 @@ impl Source for Object {
         Some(lent)
     }
 
-    /// Drops the chunks in memory and the blocks on disk of the range.
+    /// Drops the chunks in memory and the blocks on disk of the range, and
+    /// the object's size as told so far.
     fn invalidate(&self, offset: u64, len: u64) -> bool {
         let mut dropped = false;
         if len > 0 {
@@ -450,6 +451,9 @@ impl Source for Object {
                 && disk.size().is_some()
                 && !self.disk_size_wrong.swap(true, Ordering::Relaxed);
         }
+        // So may a size a response told (one that lied once): asked again
+        // when next needed.
+        dropped |= self.size.swap(UNKNOWN, Ordering::Relaxed) != UNKNOWN;
         dropped
             | self
                 .tail

@@ -224,50 +224,72 @@ fn a_chunk_is_read_while_the_rest_of_its_request_is_on_its_way() {
     assert!(buf.iter().all(|&b| b == 7));
 }
 
-#[test]
-fn a_manifest_size_lied_about_once_does_not_fail_later_mounts_from_the_cache() {
+/// An image published in a new directory, served on 127.0.0.1 by a
+/// server that says the manifest is 8 MiB longer than it is (past its
+/// first chunk, so that no read of it tells the truth) in the answers for
+/// which `lie` (given the request's number) is true; its trusted digest.
+fn lying_about_the_manifest(
+    lie: impl Fn(usize) -> bool + Send + Sync + 'static,
+) -> (tempfile::TempDir, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let (src, image) = (dir.path().join("src"), dir.path().join("image"));
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("hello"), b"hello world\n").unwrap();
     let published = publish(&src, &image, &MerkleTreeParams::default()).unwrap();
-    let digest = format!("sha256:{}", published.digest);
-    // While `lie` is set, the manifest is said to be 8 MiB longer than it
-    // is: past the first chunk, so that no read of it tells the truth.
-    let lie = Arc::new(AtomicBool::new(true));
-    let url = {
-        let (lie, image) = (lie.clone(), image.clone());
-        serve(Arc::new(
-            move |_, path: &str, range, stream: &mut TcpStream| {
-                let bytes = std::fs::read(image.join(path)).unwrap_or_default();
-                let extra = match path == MANIFEST_NAME && lie.load(Ordering::SeqCst) {
-                    true => 8 << 20,
-                    false => 0,
-                };
-                partial(stream, &bytes, range, bytes.len() + extra)
-            },
-        ))
+    let url = serve(Arc::new(
+        move |n, path: &str, range, stream: &mut TcpStream| {
+            let bytes = std::fs::read(image.join(path)).unwrap_or_default();
+            let extra = match path == MANIFEST_NAME && lie(n) {
+                true => 8 << 20,
+                false => 0,
+            };
+            partial(stream, &bytes, range, bytes.len() + extra)
+        },
+    ));
+    (dir, url, format!("sha256:{}", published.digest))
+}
+
+/// Opens the manifest of the image at `url` trusted by `digest`, keeping
+/// what is fetched in `cache` if given.
+fn open_image(url: &str, digest: &str, cache: Option<&Path>) -> verityfs::Result<()> {
+    let store = match cache {
+        Some(cache) => store(url).with_cache(cache, 1 << 30, Some(digest)).unwrap(),
+        None => store(url),
     };
     let trust = ManifestTrust::Digest(digest.parse().unwrap());
-    let mount = |cache: &Path| {
-        let store = store(&url)
-            .with_cache(cache, 1 << 30, Some(&digest))
-            .unwrap();
-        let verifier = Verifier::new(ReadOptions::default());
-        open_manifest(&verifier, store.open(MANIFEST_NAME).unwrap(), &trust).map(drop)
+    let verifier = Verifier::new(ReadOptions::default());
+    open_manifest(&verifier, store.open(MANIFEST_NAME).unwrap(), &trust).map(drop)
+}
+
+#[test]
+fn a_manifest_size_lied_about_once_does_not_fail_later_mounts_from_the_cache() {
+    let lie = Arc::new(AtomicBool::new(true));
+    let (dir, url, digest) = {
+        let lie = lie.clone();
+        lying_about_the_manifest(move |_| lie.load(Ordering::SeqCst))
     };
     let cache = dir.path().join("cache");
-    assert!(mount(&cache).is_err(), "mounted through the lie");
+    assert!(
+        open_image(&url, &digest, Some(&cache)).is_err(),
+        "mounted through the lie"
+    );
     lie.store(false, Ordering::SeqCst);
     // The size the liar claimed is in the cache's records now: it is
     // dropped at the first read it fails, and the mount goes on.
     for attempt in 1..=2 {
-        let mounted = mount(&cache);
+        let mounted = open_image(&url, &digest, Some(&cache));
         assert!(
             mounted.is_ok(),
             "mount {attempt} after the lie: {mounted:?}"
         );
     }
+}
+
+#[test]
+fn a_manifest_size_lied_about_in_a_first_answer_is_asked_again() {
+    let (_dir, url, digest) = lying_about_the_manifest(|n| n == 0);
+    let mounted = open_image(&url, &digest, None);
+    assert!(mounted.is_ok(), "{mounted:?}");
 }
 
 #[test]
