@@ -1048,6 +1048,31 @@ fn a_user_s_daemon_unmounts_its_mount_on_sigterm() {
 }
 
 #[test]
+fn a_refused_unmount_is_tried_again_at_the_next_signal() {
+    let (_dir, base) = open_base();
+    let (backing, mnt, other) = (base.join("b"), base.join("mnt"), base.join("other"));
+    fs::create_dir(&other).unwrap();
+    let mut daemon = mounted(&mut verityfs_mount(&backing, &mnt), &backing, &mnt);
+    // Someone mounts over ours: the place no longer holds our mount, and
+    // the daemon must not unmount what is there now.
+    run_ok(Command::new("mount").arg("--bind").arg(&other).arg(&mnt));
+    signal(&daemon, rustix::process::Signal::TERM);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        daemon.0.try_wait().unwrap().is_none(),
+        "exited, its mount hidden"
+    );
+    run_ok(Command::new("umount").arg(&mnt));
+    // Once that one is gone, the next signal unmounts ours.
+    signal(&daemon, rustix::process::Signal::TERM);
+    let status = wait_for(&mut daemon.0, EXIT_TIMEOUT);
+    let left = mounts_of("self", &backing);
+    detach_all(&backing);
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    assert!(left.is_empty(), "still mounted on {left:?}");
+}
+
+#[test]
 fn a_comma_in_the_backing_path_adds_no_mount_option() {
     let injected = "b,allow_other,max_read=4096";
     let (_dir, base) = open_base();

@@ -380,10 +380,13 @@ fn serve<FS: Mountable>(
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            if let Some(signal) = signals.forever().next() {
+            // Every signal tries again: an unmount refused (another mount
+            // stacked on ours meanwhile) may succeed once that one is gone.
+            for signal in signals.forever() {
                 tracing::info!("signal {signal}: unmounting");
-                if let Err(e) = signalled.unmount_or_detach() {
-                    tracing::error!("unmount failed: {e}");
+                match signalled.unmount_or_detach() {
+                    Ok(()) => return,
+                    Err(e) => tracing::error!("unmount failed: {e}"),
                 }
             }
         })?;
