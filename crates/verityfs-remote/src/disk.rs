@@ -237,6 +237,9 @@ impl DiskCache {
                 format!("{name}: not a name the cache gives objects"),
             ));
         }
+        // Not while objects are dropped: one opened from files being
+        // removed, but registered after, would never be told.
+        let _no_eviction = self.evicting.lock().unwrap_or_else(|e| e.into_inner());
         // The map first, the bytes second (and eviction drops them the
         // other way round): bytes without a map were not made here.
         let map_name = format!("{name}{MAP}");
