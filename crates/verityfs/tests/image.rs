@@ -604,7 +604,8 @@ fn publishing_again_replaces_damaged_objects() {
         .map(|e| e.unwrap().path())
         .collect();
     names.sort();
-    // One object with a byte changed, one cut short, one a link elsewhere.
+    // One object with a byte changed, one cut short, one a link elsewhere,
+    // one a socket.
     let mut flipped = fs::read(&names[0]).unwrap();
     flipped[0] ^= 1;
     fs::write(&names[0], flipped).unwrap();
@@ -612,9 +613,11 @@ fn publishing_again_replaces_damaged_objects() {
     fs::write(&names[1], &cut[..cut.len() / 2]).unwrap();
     fs::remove_file(&names[2]).unwrap();
     std::os::unix::fs::symlink(clean.join("manifest"), &names[2]).unwrap();
+    fs::remove_file(&names[3]).unwrap();
+    let _socket = std::os::unix::net::UnixListener::bind(&names[3]).unwrap();
     let again = publish(&image.src, &image.dest, &MerkleTreeParams::default()).unwrap();
     assert_eq!(
-        again.objects_written, 3,
+        again.objects_written, 4,
         "the damaged objects were replaced"
     );
     for name in &names {
@@ -623,6 +626,11 @@ fn publishing_again_replaces_damaged_objects() {
         assert!(meta.is_file(), "{}", name.display());
         assert_eq!(fs::read(name).unwrap(), fs::read(fresh).unwrap());
     }
+    // A directory there is not removed: the publish fails, naming it.
+    fs::remove_file(&names[4]).unwrap();
+    fs::create_dir(&names[4]).unwrap();
+    let e = publish(&image.src, &image.dest, &MerkleTreeParams::default()).unwrap_err();
+    assert!(e.to_string().contains(&*names[4].to_string_lossy()), "{e}");
 }
 
 #[test]

@@ -226,8 +226,8 @@ impl Publisher<'_> {
         let target = self
             .dest
             .join(object_path(self.params.hash_algorithm(), &object.digest));
-        if !holds_same(&target, &temp.file)? {
-            temp.persist(&target)?;
+        if !holds_same(&target, &temp.file).map_err(|e| named(&target, e))? {
+            temp.persist(&target).map_err(|e| named(&target, e))?;
             self.objects_written += 1;
         }
         Ok(object)
@@ -237,14 +237,18 @@ impl Publisher<'_> {
 /// Whether `target` is a regular file (not followed if a link) with the
 /// bytes of `new`: an object published before, kept as it is. One damaged
 /// or cut short (a disk error, a copy stopped halfway, anyone who can write
-/// the destination) is replaced, so that a publish always leaves the
-/// objects its manifest names, whatever was there.
+/// the destination), a link or a socket is replaced, so that a publish
+/// leaves the objects its manifest names; a directory there is an error
+/// naming it.
 fn holds_same(target: &Path, new: &File) -> io::Result<bool> {
     // Not blocking on a FIFO someone put there.
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
     let old = match rustix::fs::open(target, flags, Mode::empty()) {
         Ok(fd) => File::from(fd),
-        Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP) => return Ok(false),
+        // Nothing there, a link, a socket.
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP | rustix::io::Errno::NXIO) => {
+            return Ok(false)
+        }
         Err(e) => return Err(e.into()),
     };
     let (old_meta, size) = (old.metadata()?, new.metadata()?.len());
