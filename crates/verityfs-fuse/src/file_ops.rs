@@ -39,15 +39,11 @@ fn wants_write(flags: OpenFlags) -> bool {
         || flags.0 & libc::O_TRUNC != 0
 }
 
-/// `FOPEN_NOFLUSH` for a handle that cannot write (`read_only`): writes go
-/// straight to the backing file, so its close has nothing to flush, and
-/// the kernel then sends no `FLUSH`, a round trip less per file read.
-pub(crate) fn no_flush(read_only: bool) -> FopenFlags {
-    match read_only {
-        true => FopenFlags::FOPEN_NOFLUSH,
-        false => FopenFlags::empty(),
-    }
-}
+/// The open flag of a handle that cannot write: writes go straight to the
+/// backing file, so its close has nothing to flush, and with
+/// `FOPEN_NOFLUSH` the kernel sends no `FLUSH`, a round trip less per file
+/// read.
+pub(crate) const READ_ONLY: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
 impl VerityFs {
     /// `open` of a regular file: verity files only for reading (`EPERM`
@@ -84,7 +80,14 @@ impl VerityFs {
         let oflags = OFlags::from_bits_retain((flags.0 & !CREATE_ONLY & !NOT_FOR_BACKING) as u32);
         let file = self.with_creds(&creds, || self.open_backing(inode, oflags))?;
         let fh = self.plain_handle(inode, &mut verity, file, flags, creds);
-        Ok((fh, no_flush(!write)))
+        Ok((
+            fh,
+            if write {
+                FopenFlags::empty()
+            } else {
+                READ_ONLY
+            },
+        ))
     }
 
     fn verity_handle(
@@ -107,7 +110,7 @@ impl VerityFs {
         } else {
             FopenFlags::empty()
         };
-        (self.handles.insert(handle), flags | no_flush(true))
+        (self.handles.insert(handle), flags | READ_ONLY)
     }
 
     fn plain_handle(

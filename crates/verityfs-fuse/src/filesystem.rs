@@ -645,7 +645,7 @@ impl Job for ImageJob {
 fn opened(reply: ReplyOpen) {
     // The contents never change: the page cache outlives a close, which
     // has nothing to flush.
-    let flags = FopenFlags::FOPEN_KEEP_CACHE | crate::file_ops::no_flush(true);
+    let flags = FopenFlags::FOPEN_KEEP_CACHE | crate::file_ops::READ_ONLY;
     reply.opened(FileHandle(0), flags);
 }
 
