@@ -9,12 +9,15 @@
 //! directory, which must be on ext4.
 
 mod common;
+#[path = "../../verityfs/tests/common/ext4.rs"]
+mod ext4;
 
 use std::fs;
 use std::path::Path;
 use std::process::Command;
 
 use common::{enable, random_bytes, run_ok, Mount, VERITYFS};
+use ext4::ext4_dir;
 
 /// Files per case, written in turn with plain files of the same size (as
 /// `verityfs bench` does), so that other files' blocks follow each file's.
@@ -56,20 +59,6 @@ fn assert_together(path: &Path) {
         !apart,
         "{path:?}: data and metadata apart on the disk: extents (logical, physical, length) {extents:?}"
     );
-}
-
-/// A fresh directory in the target directory, which must be on ext4, where
-/// the placement applies.
-fn ext4_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let fs = rustix::fs::statfs(dir.path()).unwrap();
-    assert!(
-        fs.f_type == libc::EXT4_SUPER_MAGIC as _,
-        "{} is not on ext4 (filesystem type {:#x}): this test needs ext4",
-        dir.path().display(),
-        fs.f_type
-    );
-    dir
 }
 
 /// Writes `FILES` pairs of files of each size through `dir`: `NAME.plain`

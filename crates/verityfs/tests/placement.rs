@@ -7,26 +7,16 @@
 //! ext4.
 
 mod common;
+#[path = "common/ext4.rs"]
+mod ext4;
 
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
 use common::{enable, open, open_rw, random_bytes, write_file};
+use ext4::ext4_dir;
 use verityfs::{place_together, MerkleTreeParams, ReadOptions, Verifier};
-
-/// A fresh directory on ext4.
-fn ext4_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let fs = rustix::fs::statfs(dir.path()).unwrap();
-    assert!(
-        fs.f_type == libc::EXT4_SUPER_MAGIC as _,
-        "{} is not on ext4 (filesystem type {:#x}): this test needs ext4",
-        dir.path().display(),
-        fs.f_type
-    );
-    dir
-}
 
 /// Reads the verity file at `path` whole through the library.
 fn read_verified(verifier: &Arc<Verifier>, path: &Path) -> Vec<u8> {
