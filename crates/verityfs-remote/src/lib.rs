@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+mod checked_http;
 mod chunks;
 mod disk;
 mod errors;

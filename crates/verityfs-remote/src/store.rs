@@ -12,6 +12,7 @@ use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 use verityfs::image::{Store, MANIFEST_NAME};
 use verityfs::Source;
 
+use crate::checked_http::CheckedConnector;
 use crate::chunks::Chunks;
 use crate::disk::DiskCache;
 use crate::errors::io_error;
@@ -45,6 +46,7 @@ impl RemoteStore {
     pub fn http(url: &str, options: RemoteOptions) -> io::Result<Self> {
         let store = HttpBuilder::new()
             .with_url(url.trim_end_matches('/'))
+            .with_http_connector(CheckedConnector::default())
             .with_client_options(client_options(&options))
             .with_retry(retry_config(&options))
             .build()
@@ -60,6 +62,7 @@ impl RemoteStore {
         let (bucket, prefix) = parse_s3(url)?;
         let store = AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
+            .with_http_connector(CheckedConnector::default())
             .with_client_options(client_options(&options))
             .with_retry(retry_config(&options))
             .build()

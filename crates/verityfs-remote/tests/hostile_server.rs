@@ -374,3 +374,41 @@ fn the_disk_cache_keeps_to_its_limit_while_objects_it_dropped_are_read() {
          open: over its limit of {MAX}"
     );
 }
+
+#[test]
+fn a_range_ending_at_the_largest_offset_fails_the_read_without_a_panic() {
+    // `bytes 0-18446744073709551615/...`: one past its last byte does not
+    // fit in 64 bits. A panic in a task of the store's runtime is caught
+    // there: the hook sees it (and leaves other tests' panics alone).
+    let panics = Arc::new(AtomicUsize::new(0));
+    let counted = panics.clone();
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if info
+            .location()
+            .is_some_and(|l| l.file().contains("object_store"))
+        {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+        report(info);
+    }));
+    let url = serve(Arc::new(|_, _: &str, _, stream: &mut TcpStream| {
+        let head = format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-{}/{OBJECT}\r\nContent-Length: {OBJECT}\r\n\r\n",
+            u64::MAX
+        );
+        let _ = stream.write_all(head.as_bytes());
+        let _ = stream.write_all(&contents());
+    }));
+    let object = store(&url).open("object").unwrap();
+    let mut buf = [0u8; 4096];
+    let read = object.read_exact_at(&mut buf, 0);
+    let _ = std::panic::take_hook();
+    let error = read.expect_err("a range that does not fit was taken");
+    assert_eq!(
+        panics.load(Ordering::SeqCst),
+        0,
+        "panicked; the read said: {error}"
+    );
+    assert!(error.to_string().contains("Content-Range"), "{error}");
+}
