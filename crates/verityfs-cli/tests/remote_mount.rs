@@ -22,6 +22,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use common::images::*;
@@ -68,9 +69,20 @@ impl Served {
             .mount_from(&PathBuf::from(format!("{base}image")), args)
     }
 
-    /// Every request nginx has logged.
+    /// Every request nginx has logged, once its log stops growing: nginx
+    /// logs a request after its response is sent, so the last one answered
+    /// may not be there yet.
     fn requests(&self) -> Vec<Request> {
-        self.nginx.requests().unwrap()
+        let mut logged = self.nginx.requests().unwrap();
+        for _ in 0..40 {
+            thread::sleep(Duration::from_millis(50));
+            let now = self.nginx.requests().unwrap();
+            if now.len() == logged.len() {
+                break;
+            }
+            logged = now;
+        }
+        logged
     }
 
     /// The contents of source file `name`.
