@@ -473,6 +473,52 @@ fn enable_and_measure_match_fsverity_digest() {
     assert!(!lsattr(&m.path("plain")).contains('V'));
 }
 
+/// The pages of `path` in the page cache, as util-linux's `fincore`
+/// counts them.
+fn cached_pages(path: &Path) -> u64 {
+    let out = run_ok(
+        Command::new("fincore")
+            .args(["--noheadings", "--output=PAGES"])
+            .arg(path),
+    );
+    out.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("fincore said {out:?}"))
+}
+
+/// Drops the pages of `path` from the page cache (written back first).
+fn evict(path: &Path) {
+    File::open(path).unwrap().sync_all().unwrap();
+    let nocache = format!("if={}", path.display());
+    run_ok(Command::new("dd").args([nocache.as_str(), "iflag=nocache", "count=0"]));
+    assert_eq!(cached_pages(path), 0, "{} still cached", path.display());
+}
+
+#[test]
+fn listing_verity_files_reads_none_of_them() {
+    let mut m = Mount::new();
+    let data = random_bytes(16384, 12);
+    for name in ["small", "other"] {
+        write_file(&m, name, &data);
+        enable(&m.path(name), &[]);
+    }
+    m.remount(&[]);
+    evict(&m.backing("small"));
+    // What `ls -l` and `find -size` do; the kernel reads a verity file's
+    // descriptor at its first open, not to stat it.
+    let listed = fs::read_dir(m.path("")).unwrap();
+    for entry in listed {
+        let entry = entry.unwrap();
+        assert_eq!(entry.metadata().unwrap().len(), 16384, "{entry:?}");
+    }
+    assert_eq!(fs::metadata(m.path("small")).unwrap().len(), 16384);
+    assert_eq!(cached_pages(&m.backing("small")), 0, "stat read the file");
+    // Opening it reads it (what shows that the count above can see reads).
+    assert!(fs::read(m.path("small")).unwrap() == data);
+    assert!(cached_pages(&m.backing("small")) > 0);
+    assert!(lsattr(&m.path("other")).contains('V'));
+}
+
 // ---------------------------------------------------------------------------
 // 3. Enable's errors, in the kernel's order, and the rules after enable
 // ---------------------------------------------------------------------------

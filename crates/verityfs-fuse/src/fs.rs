@@ -120,8 +120,14 @@ impl VerityFs {
                     // A damaged record is reported when the file is opened.
                     None => match self.state(inode, &verity) {
                         Ok(state @ FileState::Verity(_)) => {
-                            // Made verity behind our back: from now on.
-                            let _ = self.become_verity(inode, &mut verity);
+                            // Made verity behind our back after the kernel
+                            // saw it ordinary: its cached pages go now. Else
+                            // it is opened at its first open, as the kernel
+                            // reads the descriptor then: `stat`, `ls -l`
+                            // and `find` read nothing of the file.
+                            if verity.shown_plain {
+                                let _ = self.become_verity(inode, &mut verity);
+                            }
                             state.logical_size(backing_size)
                         }
                         Ok(state) => {
