@@ -613,3 +613,48 @@ fn writes_through_the_mount_respect_reserved_blocks() {
         "through the mount: {free_mount} blocks left, directly: {free_direct}"
     );
 }
+
+/// The size the kernel caches at a lookup comes from the location record
+/// alone. An attacker who owns the backing file (a genuine verity copy)
+/// shows a short record to a `stat`, then puts the genuine one back before
+/// the open: the open must not leave the kernel with the short size, or a
+/// reader gets a prefix of the file (a script cut short) from a descriptor
+/// whose measure is the genuine file's.
+#[test]
+fn size_shown_at_lookup_cannot_truncate_the_file() {
+    use verityfs::layout::LOCATION_XATTR;
+    use verityfs::Location;
+    let mut m = Mount::new();
+    let data = random_bytes(SIZE, 9);
+    fs::write(m.path("victim"), &data).unwrap();
+    enable(&m.path("victim"), &[]);
+    let genuine = measure(&m.path("victim"));
+    // A new daemon: nothing of the file is open or pinned.
+    m.remount(&[]);
+    let backing = m.backing("victim");
+    let record = get_xattr(&backing, LOCATION_XATTR).unwrap();
+    let real = Location::decode(&record).unwrap();
+    let short = Location::new(17, real.tree_size, real.desc_size).unwrap();
+    let set = |value: &[u8]| {
+        rustix::fs::setxattr(
+            &backing,
+            LOCATION_XATTR,
+            value,
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap()
+    };
+    set(&short.encode());
+    assert_eq!(fs::metadata(m.path("victim")).unwrap().len(), 17);
+    set(&record);
+    let mut file = File::open(m.path("victim")).unwrap();
+    let digest = verity_ioctl(&file, VerityIoctl::Measure { digest_size: 64 }).unwrap();
+    assert_eq!(format_digest(&digest).unwrap(), genuine);
+    let mut read = Vec::new();
+    file.read_to_end(&mut read).unwrap();
+    assert!(
+        read == data,
+        "read {} bytes of a {SIZE}-byte verity file measured as the genuine one",
+        read.len()
+    );
+}

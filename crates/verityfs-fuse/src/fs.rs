@@ -112,37 +112,36 @@ impl VerityFs {
 
     fn attr_with_stat(&self, inode: &Inode, st: &Stat) -> Result<FileAttr, Errno> {
         let backing_size = st.st_size as u64;
-        let size = match inode.kind {
-            FileType::RegularFile => {
-                let mut verity = inode.verity();
-                match &verity.file {
-                    Some(file) => file.data_size(),
-                    // A damaged record is reported when the file is opened.
-                    None => match self.state(inode, &verity) {
-                        Ok(state @ FileState::Verity(_)) => {
-                            // Made verity behind our back after the kernel
-                            // saw it ordinary: its cached pages go now. Else
-                            // it is opened at its first open, as the kernel
-                            // reads the descriptor then: `stat`, `ls -l`
-                            // and `find` read nothing of the file.
-                            if verity.shown_plain {
-                                let _ = self.become_verity(inode, &mut verity);
-                            }
-                            state.logical_size(backing_size)
-                        }
-                        Ok(state) => {
-                            verity.shown_plain = true;
-                            state.logical_size(backing_size)
-                        }
-                        Err(_) => {
-                            verity.shown_plain = true;
-                            backing_size
-                        }
-                    },
+        if inode.kind != FileType::RegularFile {
+            return Ok(to_file_attr(inode.ino, st, backing_size));
+        }
+        let mut verity = inode.verity();
+        let size = match &verity.file {
+            Some(file) => file.data_size(),
+            // A damaged record is reported when the file is opened.
+            None => match self.state(inode, &verity) {
+                Ok(state @ FileState::Verity(_)) => {
+                    // Made verity behind our back after the kernel saw it
+                    // ordinary: its cached pages go now. Else it is opened
+                    // at its first open, as the kernel reads the descriptor
+                    // then: `stat`, `ls -l` and `find` read nothing of it.
+                    if verity.shown_plain {
+                        let _ = self.become_verity(inode, &mut verity);
+                    }
+                    state.logical_size(backing_size)
                 }
-            }
-            _ => backing_size,
+                Ok(state) => {
+                    verity.shown_plain = true;
+                    state.logical_size(backing_size)
+                }
+                Err(_) => {
+                    verity.shown_plain = true;
+                    backing_size
+                }
+            },
         };
+        // Under the same lock as the switch, which compares it.
+        verity.shown_size = Some(size);
         Ok(to_file_attr(inode.ino, st, size))
     }
 
@@ -206,6 +205,12 @@ impl VerityFs {
         // drops the attributes, which cost a GETATTR on the next access: it
         // is sent only if the kernel was ever shown the file as ordinary.
         verity.cache_verified = !verity.shown_plain;
+        // A size shown before (an ordinary file's, or from a location
+        // record changed since) would cut reads short, of a file whose
+        // measure is the whole one's: it is dropped before any reply.
+        if verity.shown_size.is_some_and(|s| s != file.data_size()) {
+            self.invalidator.invalidate_attributes(inode.ino);
+        }
         if verity.shown_plain {
             self.invalidator.invalidate(inode.ino);
         }

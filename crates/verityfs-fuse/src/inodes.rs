@@ -31,6 +31,10 @@ pub struct VerityState {
     /// found to be verity before either, as most are at their first
     /// lookup, has nothing in the kernel to drop.
     pub shown_plain: bool,
+    /// The size the kernel was last given for the file. It keeps it for
+    /// the attribute timeout and reads no further: a file switched to
+    /// verity with another size has it dropped at the switch.
+    pub shown_size: Option<u64>,
 }
 
 /// One backing object.

@@ -7,10 +7,11 @@
 //! the kernel handles it by locking every cached page of the file, and a
 //! page being read is locked until its read request is answered, so a
 //! worker thread that sent it while serving such a read would wait for
-//! itself.
+//! itself. Dropping only the cached attributes locks no page: that one is
+//! sent at once, before the reply it must precede.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use fuser::{INodeNo, Notifier};
 
@@ -19,6 +20,8 @@ pub(crate) struct Invalidator {
     queue: Sender<INodeNo>,
     /// Taken by the mount once its FUSE session exists.
     pending: Mutex<Option<Receiver<INodeNo>>>,
+    /// For the attributes, sent from the threads serving requests.
+    attributes: OnceLock<Notifier>,
 }
 
 impl Invalidator {
@@ -27,6 +30,19 @@ impl Invalidator {
         Invalidator {
             queue,
             pending: Mutex::new(Some(pending)),
+            attributes: OnceLock::new(),
+        }
+    }
+
+    /// Drops the cached attributes (the size) of `ino` now: the kernel
+    /// asks for them again before it reads past the size it had, and a
+    /// reply carrying them that was already on its way is ignored.
+    pub(crate) fn invalidate_attributes(&self, ino: INodeNo) {
+        if let Some(notifier) = self.attributes.get() {
+            // Offset -1: the attributes only. ENOENT: none cached.
+            if let Err(e) = notifier.inval_inode(ino, -1, 0) {
+                tracing::debug!("invalidating the attributes of inode {}: {e}", ino.0);
+            }
         }
     }
 
@@ -47,6 +63,7 @@ impl Invalidator {
         else {
             return Ok(());
         };
+        let _ = self.attributes.set(notifier.clone());
         std::thread::Builder::new()
             .name("invalidate".into())
             .spawn(move || {
