@@ -125,10 +125,12 @@ impl VerityFs {
                     // ordinary: its cached pages go now. Else it is opened
                     // at its first open, as the kernel reads the descriptor
                     // then: `stat`, `ls -l` and `find` read nothing of it.
-                    if verity.shown_plain {
-                        let _ = self.become_verity(inode, &mut verity);
-                    }
-                    state.logical_size(backing_size)
+                    let switched = match verity.shown_plain {
+                        true => self.become_verity(inode, &mut verity).ok(),
+                        false => None,
+                    };
+                    // The switched file's size, if its record changed since.
+                    switched.map_or(state.logical_size(backing_size), |f| f.data_size())
                 }
                 Ok(state) => {
                     verity.shown_plain = true;
