@@ -658,3 +658,69 @@ fn size_shown_at_lookup_cannot_truncate_the_file() {
         read.len()
     );
 }
+
+/// A program that maps `argv[1]` (`argv[2]` bytes) read-only and reads the
+/// byte at `argv[3]` (so its page is cached and mapped), says "ready", and
+/// on "go" measures the file, through a new descriptor or (`argv[4]`
+/// "old") through the one it mapped, then at once reads the mapped byte
+/// again. It prints the digest and that byte.
+const MEASURE_THEN_FAULT: &str = r#"
+import fcntl, mmap, os, sys
+path, size, at, how = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+fd = os.open(path, os.O_RDONLY)
+mapped = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+mapped[at]
+print("ready", flush=True)
+sys.stdin.readline()
+target = fd if how == "old" else os.open(path, os.O_RDONLY)
+arg = bytearray(4 + 64)
+arg[2] = 64
+fcntl.ioctl(target, 0xc0046686, arg, True)
+byte = mapped[at]
+print(arg[4:4 + arg[2]].hex(), byte, flush=True)
+"#;
+
+/// A mapping made while the file was ordinary, whose page holds the
+/// attacker's byte; the genuine verity file is then copied over it in the
+/// backing store. Once `fsverity measure` answers with the genuine digest,
+/// through a new descriptor or the mapped one, the mapping must show the
+/// genuine byte: what was measured is what is read.
+#[test]
+fn a_measure_answers_only_once_old_mapped_pages_are_gone() {
+    let m = Mount::new();
+    let data = victim_and_genuine(&m);
+    let genuine = measure(&m.path("genuine"));
+    let at = TAMPERED as usize;
+    let mut tampered = data.clone();
+    tampered[at] ^= 0xff;
+    // A reply sent before the drop is done shows within a few rounds.
+    for round in 0..60 {
+        let how = if round % 3 == 0 { "new" } else { "old" };
+        fs::write(m.path("victim"), &tampered).unwrap();
+        let mut mapper = Command::new("/usr/bin/python3")
+            .args(["-c", MEASURE_THEN_FAULT])
+            .arg(m.path("victim"))
+            .args([SIZE.to_string(), TAMPERED.to_string(), how.to_owned()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("starting python3");
+        let mut out = io::BufReader::new(mapper.stdout.take().unwrap());
+        let mut line = String::new();
+        io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        copy_genuine_over_victim(&m);
+        io::Write::write_all(mapper.stdin.as_mut().unwrap(), b"go\n").unwrap();
+        line.clear();
+        io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert!(wait_for(&mut mapper, COMMAND_TIMEOUT).is_some_and(|s| s.success()));
+        let (digest, byte) = line.trim().split_once(' ').expect("digest and byte");
+        assert_eq!(format!("sha256:{digest}"), genuine, "round {round} ({how})");
+        assert_eq!(
+            byte.parse::<u8>().unwrap(),
+            data[at],
+            "round {round}: the mapping showed the old page after a measure through the {how} descriptor"
+        );
+        fs::remove_file(m.path("victim")).unwrap();
+    }
+}

@@ -101,11 +101,10 @@ impl VerityFs {
             inode: inode.clone(),
         };
         // Verified pages may stay in the kernel's cache: the file cannot
-        // change. But pages cached before it became verity (or before this
-        // daemon started) were never verified: the first open drops them
-        // (an open without FOPEN_KEEP_CACHE does).
-        let keep = std::mem::replace(&mut verity.cache_verified, true);
-        let flags = if keep {
+        // change. But pages cached before it became verity were never
+        // verified: until their drop is done, each open drops them (an
+        // open without FOPEN_KEEP_CACHE does, before it returns).
+        let flags = if verity.cache_verified {
             FopenFlags::FOPEN_KEEP_CACHE
         } else {
             FopenFlags::empty()
@@ -232,7 +231,7 @@ impl VerityFs {
     /// in the backing store), the read is done again, verified.
     fn read_plain(
         &self,
-        inode: &Inode,
+        inode: &Arc<Inode>,
         file: &File,
         buf: &mut [u8],
         offset: u64,
@@ -294,7 +293,7 @@ impl VerityFs {
     pub(crate) fn truncate(
         &self,
         caller: Caller,
-        inode: &Inode,
+        inode: &Arc<Inode>,
         fh: Option<FileHandle>,
         size: u64,
     ) -> Result<(), Errno> {

@@ -574,8 +574,12 @@ impl Filesystem for VerityFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        reply_with!(reply, self.ioctl_op(req, fh, cmd, in_data), |out| reply
-            .ioctl(0, &out));
+        let result = self.ioctl_op(req, fh, cmd, in_data);
+        // A measure, or the flags, say what the file holds: not while a
+        // mapping may still show what it held before.
+        self.reply_when_verified(fh, move || {
+            reply_with!(reply, result, |out| reply.ioctl(0, &out))
+        });
     }
 }
 

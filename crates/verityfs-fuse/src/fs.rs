@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use fuser::{Errno, FileAttr, FileType, INodeNo};
+use fuser::{Errno, FileAttr, FileHandle, FileType, INodeNo};
 use rustix::fs::{Mode, OFlags, Stat, CWD};
 use verityfs::{FileState, ReadOptions, Verifier, VerityFile};
 
@@ -106,11 +106,11 @@ impl VerityFs {
     }
 
     /// The attributes of `inode` as users see them.
-    pub(crate) fn attr(&self, inode: &Inode) -> Result<FileAttr, Errno> {
+    pub(crate) fn attr(&self, inode: &Arc<Inode>) -> Result<FileAttr, Errno> {
         self.attr_with_stat(inode, &inode.stat()?)
     }
 
-    fn attr_with_stat(&self, inode: &Inode, st: &Stat) -> Result<FileAttr, Errno> {
+    fn attr_with_stat(&self, inode: &Arc<Inode>, st: &Stat) -> Result<FileAttr, Errno> {
         let backing_size = st.st_size as u64;
         if inode.kind != FileType::RegularFile {
             return Ok(to_file_attr(inode.ino, st, backing_size));
@@ -170,7 +170,7 @@ impl VerityFs {
     /// handles opened before, the ioctls.
     pub(crate) fn verity_file(
         &self,
-        inode: &Inode,
+        inode: &Arc<Inode>,
         verity: &mut VerityState,
     ) -> Result<Option<Arc<VerityFile>>, Errno> {
         if let Some(file) = &verity.file {
@@ -186,7 +186,7 @@ impl VerityFs {
     /// this daemon knows, and drops whatever the kernel cached of it before.
     fn become_verity(
         &self,
-        inode: &Inode,
+        inode: &Arc<Inode>,
         verity: &mut VerityState,
     ) -> Result<Arc<VerityFile>, Errno> {
         let backing = self.open_backing(inode, OFlags::RDONLY)?;
@@ -202,10 +202,11 @@ impl VerityFs {
         let file = Arc::new(file);
         verity.file = Some(file.clone());
         // Pages cached while the file was ordinary were never verified: the
-        // next open drops them (no FOPEN_KEEP_CACHE), and so does the
-        // notification, for mappings and descriptors already open. It also
-        // drops the attributes, which cost a GETATTR on the next access: it
-        // is sent only if the kernel was ever shown the file as ordinary.
+        // notification drops them, for mappings and descriptors already
+        // open, and until it is done every open drops them too (no
+        // FOPEN_KEEP_CACHE). It also drops the attributes, which cost a
+        // GETATTR on the next access: it is sent only if the kernel was
+        // ever shown the file as ordinary.
         verity.cache_verified = !verity.shown_plain;
         // A size shown before (an ordinary file's, or from a location
         // record changed since) would cut reads short, of a file whose
@@ -214,7 +215,7 @@ impl VerityFs {
             self.invalidator.invalidate_attributes(inode.ino);
         }
         if verity.shown_plain {
-            self.invalidator.invalidate(inode.ino);
+            self.invalidator.invalidate(inode.clone());
         }
         // Handles opened for writing before can still put bytes in this
         // inode's page cache (the kernel copies a write(2) or a store to a
@@ -224,6 +225,24 @@ impl VerityFs {
             self.inodes.retire(inode);
         }
         Ok(file)
+    }
+
+    /// Runs `reply` (to a request about the handle `fh`) once the kernel
+    /// holds no page of the file that was cached while it was ordinary: at
+    /// once, or after the drop under way (see `invalidate`).
+    pub(crate) fn reply_when_verified(
+        &self,
+        fh: FileHandle,
+        reply: impl FnOnce() + Send + 'static,
+    ) {
+        let dropping = self.handles.get(fh).is_ok_and(|handle| {
+            let verity = handle.inode().verity();
+            verity.file.is_some() && !verity.cache_verified
+        });
+        match dropping {
+            true => self.invalidator.after_drops(reply),
+            false => reply(),
+        }
     }
 
     /// Opens the backing object of `inode` with `flags`.

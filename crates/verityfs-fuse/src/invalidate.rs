@@ -7,19 +7,33 @@
 //! the kernel handles it by locking every cached page of the file, and a
 //! page being read is locked until its read request is answered, so a
 //! worker thread that sent it while serving such a read would wait for
-//! itself. Dropping only the cached attributes locks no page: that one is
-//! sent at once, before the reply it must precede.
+//! itself. Until it is done, opens of the file do not keep its cache (each
+//! drops it in the opener), and replies that tell a caller the file is
+//! verity (a measure, the inode flags) are sent by that thread after it, so
+//! that nobody is told what the file holds while a mapping of it may still
+//! show something else. Dropping only the cached attributes locks no page:
+//! that one is sent at once, before the reply it must precede.
 
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use fuser::{INodeNo, Notifier};
 
+use crate::inodes::Inode;
+
+/// What the notifying thread does, in order.
+enum Job {
+    /// Drop every cached page of the inode, then mark its cache verified.
+    Drop(Arc<Inode>),
+    /// Send a reply that must follow every drop queued before it.
+    Reply(Box<dyn FnOnce() + Send>),
+}
+
 /// Queues page cache invalidations for the notifying thread.
 pub(crate) struct Invalidator {
-    queue: Sender<INodeNo>,
+    queue: Sender<Job>,
     /// Taken by the mount once its FUSE session exists.
-    pending: Mutex<Option<Receiver<INodeNo>>>,
+    pending: Mutex<Option<Receiver<Job>>>,
     /// For the attributes, sent from the threads serving requests.
     attributes: OnceLock<Notifier>,
 }
@@ -46,10 +60,21 @@ impl Invalidator {
         }
     }
 
-    /// Drops every cached page (and the cached attributes) of `ino`, soon.
-    pub(crate) fn invalidate(&self, ino: INodeNo) {
+    /// Drops every cached page (and the cached attributes) of `inode`,
+    /// soon; its `cache_verified`, cleared by the caller, is set once done.
+    pub(crate) fn invalidate(&self, inode: Arc<Inode>) {
         // Fails only once the mount is gone, and its cache with it.
-        let _ = self.queue.send(ino);
+        let _ = self.queue.send(Job::Drop(inode));
+    }
+
+    /// Runs `reply` once every drop queued so far is done.
+    pub(crate) fn after_drops(&self, reply: impl FnOnce() + Send + 'static) {
+        if let Err(job) = self.queue.send(Job::Reply(Box::new(reply))) {
+            // The thread is gone with the mount: nothing is cached.
+            if let Job::Reply(reply) = job.0 {
+                reply();
+            }
+        }
     }
 
     /// Starts the thread sending the queued invalidations through
@@ -67,14 +92,29 @@ impl Invalidator {
         std::thread::Builder::new()
             .name("invalidate".into())
             .spawn(move || {
-                for ino in pending {
-                    // Offset 0, length 0: the whole file. ENOENT: the kernel
-                    // holds no pages of it.
-                    if let Err(e) = notifier.inval_inode(ino, 0, 0) {
-                        tracing::debug!("invalidating inode {}: {e}", ino.0);
+                for job in pending {
+                    match job {
+                        Job::Drop(inode) => drop_pages(&notifier, &inode),
+                        Job::Reply(reply) => reply(),
                     }
                 }
             })
             .map(drop)
     }
+}
+
+/// Drops every cached page of `inode` and marks its cache as verified.
+fn drop_pages(notifier: &Notifier, inode: &Inode) {
+    // Offset 0, length 0: the whole file. ENOENT: the kernel holds no
+    // pages of it.
+    let dropped = match notifier.inval_inode(inode.ino, 0, 0) {
+        Ok(()) => true,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => true,
+        Err(e) => {
+            tracing::debug!("invalidating inode {}: {e}", inode.ino.0);
+            false
+        }
+    };
+    // Else every open still drops the cache.
+    inode.verity().cache_verified = dropped;
 }

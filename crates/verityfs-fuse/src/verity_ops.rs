@@ -82,7 +82,7 @@ impl VerityFs {
 
     /// The checks that need the inode's lock, then marks the enable as
     /// running (new writers get `ETXTBSY`, a second enable `EBUSY`).
-    fn begin_enable(&self, inode: &Inode, arg: &EnableArg) -> Result<(), Errno> {
+    fn begin_enable(&self, inode: &Arc<Inode>, arg: &EnableArg) -> Result<(), Errno> {
         // The kernel sends FUSE_RELEASE in the background once close(2)
         // has returned, so a writer closed just before this enable may
         // still be counted: give such releases a moment to arrive before
