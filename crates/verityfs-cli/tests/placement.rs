@@ -5,8 +5,8 @@
 //! for files enabled through a mount (written just before, and written and
 //! flushed to the disk earlier) and with `verityfs enable-offline`.
 //!
-//! The backing directories are in the target directory's temporary
-//! directory, which must be on ext4.
+//! The backing directories are on a fresh ext4 filesystem on a loop device
+//! of the test's own.
 
 mod common;
 #[path = "../../verityfs/tests/common/ext4.rs"]

@@ -3,8 +3,7 @@
 //! to are left alone. (Where the blocks end up is checked end to end, with
 //! `filefrag`, by the command line tool's `placement` test.)
 //!
-//! Runs in the target directory's temporary directory, which must be on
-//! ext4.
+//! Runs on a fresh ext4 filesystem on a loop device of its own (as root).
 
 mod common;
 #[path = "common/ext4.rs"]
