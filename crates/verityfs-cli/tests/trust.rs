@@ -724,3 +724,88 @@ fn a_measure_answers_only_once_old_mapped_pages_are_gone() {
         fs::remove_file(m.path("victim")).unwrap();
     }
 }
+
+/// A program holding a read-only mapping of `argv[1]` (`argv[2]` bytes),
+/// whose byte at `argv[3]` it reads (so its page is cached), and a shared
+/// writable mapping of it, made while the file is ordinary. On "go" (the
+/// file is now verity in the backing store) it measures through its old
+/// descriptor and through a new one, stores a byte through its writable
+/// mapping, closes it, measures through a new descriptor again, and reads
+/// the byte through the old mapping and the old descriptor. It prints the
+/// three measures (digest or errno name) and the two bytes.
+const WRITER_THEN_MEASURE: &str = r#"
+import errno, fcntl, mmap, os, sys
+path, size, at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def measure(fd):
+    arg = bytearray(4 + 64)
+    arg[2] = 64
+    try:
+        fcntl.ioctl(fd, 0xc0046686, arg, True)
+        return arg[4:4 + arg[2]].hex()
+    except OSError as e:
+        return errno.errorcode[e.errno]
+fd = os.open(path, os.O_RDONLY)
+mapped = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+mapped[at]
+wfd = os.open(path, os.O_RDWR)
+writable = mmap.mmap(wfd, size, mmap.MAP_SHARED)
+print("ready", flush=True)
+sys.stdin.readline()
+out = [measure(fd), measure(os.open(path, os.O_RDONLY))]
+writable[at] = mapped[at] ^ 0x55
+try:
+    writable.flush()
+except OSError:
+    pass
+writable.close()
+os.close(wfd)
+out += [measure(os.open(path, os.O_RDONLY)), str(mapped[at]), str(os.pread(fd, 1, at)[0])]
+print(" ".join(out), flush=True)
+"#;
+
+/// A file mapped while ordinary, and opened and mapped for writing too,
+/// then made verity in the backing store. Its old kernel inode can take
+/// the writer's stores into its cache even after the switch (the kernel
+/// copies them before the daemon refuses them), so nothing may call the
+/// file verity while they can show: a measure through the old descriptor
+/// fails (`ESTALE`), and through a new one (a new inode) too while the
+/// writer is open (`ETXTBSY`, as the kernel refuses an enable with writers).
+/// Once the writer is gone, a measure gives the genuine digest, and only
+/// after the old mapping and descriptor show the genuine byte.
+#[test]
+fn writers_opened_before_keep_the_file_from_being_measured() {
+    let m = Mount::new();
+    let data = victim_and_genuine(&m);
+    let genuine = measure(&m.path("genuine"));
+    let at = TAMPERED as usize;
+    let mut tampered = data.clone();
+    tampered[at] ^= 0xff;
+    fs::write(m.path("victim"), &tampered).unwrap();
+    let mut program = Command::new("/usr/bin/python3")
+        .args(["-c", WRITER_THEN_MEASURE])
+        .arg(m.path("victim"))
+        .args([SIZE.to_string(), TAMPERED.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting python3");
+    let mut out = io::BufReader::new(program.stdout.take().unwrap());
+    let mut line = String::new();
+    io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    copy_genuine_over_victim(&m);
+    io::Write::write_all(program.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    line.clear();
+    io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(wait_for(&mut program, COMMAND_TIMEOUT).is_some_and(|s| s.success()));
+    let genuine_hex = genuine.strip_prefix("sha256:").unwrap();
+    let byte = data[at].to_string();
+    assert_eq!(
+        line.split_whitespace().collect::<Vec<_>>(),
+        ["ESTALE", "ETXTBSY", genuine_hex, &byte, &byte],
+        "measures through the old descriptor, a new one with the writer open, \
+         a new one after; the byte through the old mapping and descriptor \
+         (genuine: {})",
+        data[at]
+    );
+}

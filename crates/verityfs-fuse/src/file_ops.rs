@@ -195,7 +195,14 @@ impl VerityFs {
                 write: true, inode, ..
             } = &*handle
             {
-                inode.verity().writers -= 1;
+                let mut verity = inode.verity();
+                verity.writers -= 1;
+                // The last writer of an inode retired at a switch: what it
+                // put in the kernel's cache can go now, and stays gone.
+                if verity.writers == 0 && inode.is_retired() {
+                    verity.cache_verified = false;
+                    self.invalidator.invalidate(inode.clone());
+                }
             }
         }
     }

@@ -577,7 +577,7 @@ impl Filesystem for VerityFs {
         let result = self.ioctl_op(req, fh, cmd, in_data);
         // A measure, or the flags, say what the file holds: not while a
         // mapping may still show what it held before.
-        self.reply_when_verified(fh, move || {
+        self.reply_when_verified(fh, result, move |result| {
             reply_with!(reply, result, |out| reply.ioctl(0, &out))
         });
     }

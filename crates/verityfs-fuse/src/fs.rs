@@ -16,7 +16,7 @@ use crate::attr::to_file_attr;
 use crate::caller::Caller;
 use crate::creds::Creds;
 use crate::handles::HandleTable;
-use crate::inodes::{errno, Inode, InodeTable, VerityState};
+use crate::inodes::{errno, CachedPages, Inode, InodeTable, VerityState};
 use crate::invalidate::Invalidator;
 use crate::policy::SignaturePolicy;
 
@@ -227,21 +227,33 @@ impl VerityFs {
         Ok(file)
     }
 
-    /// Runs `reply` (to a request about the handle `fh`) once the kernel
-    /// holds no page of the file that was cached while it was ordinary: at
-    /// once, or after the drop under way (see `invalidate`).
-    pub(crate) fn reply_when_verified(
+    /// Sends `result` with `send` (the reply to a request about the handle
+    /// `fh`) once the kernel can show nothing of the file that the daemon
+    /// did not verify: at once, or after the drop under way (see
+    /// `invalidate`). A file whose old pages writers can still change is
+    /// not called verity meanwhile (`ETXTBSY`, as the kernel refuses an
+    /// enable while the file is open for writing), and a retired inode,
+    /// which they could change, never again (`ESTALE`, as its opens).
+    pub(crate) fn reply_when_verified<T: Send + 'static>(
         &self,
         fh: FileHandle,
-        reply: impl FnOnce() + Send + 'static,
+        result: Result<T, Errno>,
+        send: impl FnOnce(Result<T, Errno>) + Send + 'static,
     ) {
-        let dropping = self.handles.get(fh).is_ok_and(|handle| {
-            let verity = handle.inode().verity();
-            verity.file.is_some() && !verity.cache_verified
-        });
-        match dropping {
-            true => self.invalidator.after_drops(reply),
-            false => reply(),
+        let Ok(handle) = self.handles.get(fh) else {
+            return send(result);
+        };
+        let inode = handle.inode();
+        if inode.is_retired() {
+            return send(Err(Errno::from_i32(libc::ESTALE)));
+        }
+        match inode.cached_pages() {
+            CachedPages::Verified => send(result),
+            CachedPages::Dropping => self.invalidator.after_drops(move || send(result)),
+            CachedPages::Writable if inode.verity().file.is_some() => {
+                send(Err(Errno::from_i32(libc::ETXTBSY)))
+            }
+            CachedPages::Writable => send(result),
         }
     }
 

@@ -49,6 +49,21 @@ pub struct Inode {
     verity: Mutex<VerityState>,
     /// No longer found by lookups (see [`InodeTable::retire`]).
     retired: AtomicBool,
+    /// The retired inode of the same backing object this one succeeds,
+    /// whose cached pages its old handles may still show.
+    predecessor: Option<Arc<Inode>>,
+}
+
+/// What the kernel may show of a file that the daemon did not verify,
+/// through an inode and the retired ones before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CachedPages {
+    /// Only pages the daemon verified.
+    Verified,
+    /// Pages from before the switch, which are being dropped.
+    Dropping,
+    /// Pages that writers opened before the switch can still change.
+    Writable,
 }
 
 impl Inode {
@@ -70,6 +85,24 @@ impl Inode {
         self.retired.load(Ordering::Acquire)
     }
 
+    /// What the kernel may show of this file, through this inode and the
+    /// retired ones before it, that the daemon did not verify.
+    pub fn cached_pages(&self) -> CachedPages {
+        let mut pages = CachedPages::Verified;
+        let mut next = Some(self);
+        while let Some(inode) = next {
+            let verity = inode.verity();
+            if verity.writers > 0 && inode.is_retired() {
+                return CachedPages::Writable;
+            }
+            if verity.file.is_some() && !verity.cache_verified {
+                pages = CachedPages::Dropping;
+            }
+            next = inode.predecessor.as_deref();
+        }
+        pages
+    }
+
     /// The backing object's current attributes.
     pub fn stat(&self) -> Result<Stat, Errno> {
         rustix::fs::fstat(self.fd.as_fd()).map_err(errno)
@@ -85,6 +118,9 @@ struct Entry {
 struct Tables {
     by_ino: HashMap<u64, Entry>,
     by_key: HashMap<(u64, u64), u64>,
+    /// The last inode retired per backing object, while the kernel holds
+    /// it: the predecessor of the next one.
+    retired: HashMap<(u64, u64), Arc<Inode>>,
 }
 
 /// Where the numbers of objects outside the backing directory's filesystem
@@ -182,6 +218,7 @@ impl InodeTable {
             key,
             verity: Mutex::default(),
             retired: AtomicBool::new(false),
+            predecessor: tables.retired.get(&key).cloned(),
         });
         tables.by_key.insert(key, ino);
         tables.by_ino.insert(
@@ -198,12 +235,13 @@ impl InodeTable {
     /// makes a new inode (a new number, so a new kernel inode with an
     /// empty page cache), while the kernel's references to this one stay
     /// valid until forgotten.
-    pub fn retire(&self, inode: &Inode) {
+    pub fn retire(&self, inode: &Arc<Inode>) {
         inode.retired.store(true, Ordering::Release);
         let mut tables = self.write();
         if tables.by_key.get(&inode.key) == Some(&inode.ino.0) {
             tables.by_key.remove(&inode.key);
         }
+        tables.retired.insert(inode.key, inode.clone());
     }
 
     /// Drops `n` kernel references to `ino`, and the entry with the last.
@@ -222,6 +260,10 @@ impl InodeTable {
             // A retired inode's key may name its successor by now.
             if tables.by_key.get(&key) == Some(&ino.0) {
                 tables.by_key.remove(&key);
+            }
+            // Forgotten by the kernel: no handle or mapping shows its pages.
+            if tables.retired.get(&key).is_some_and(|i| i.ino == ino) {
+                tables.retired.remove(&key);
             }
         }
     }
