@@ -103,6 +103,9 @@ pub struct VerityFile {
     pub(crate) stats: Counters,
     /// The streams reading the file, for tree readahead.
     pub(crate) access: Access,
+    /// The whole file was asked for when it was opened: tree readahead
+    /// has nothing left to ask for.
+    pub(crate) fetched_whole: bool,
 }
 
 impl VerityFile {
@@ -177,7 +180,9 @@ impl VerityFile {
             Some((0, _)) => file.clone(),
             _ => Arc::new(open_tree_reader(&file)?),
         };
-        Self::from_sources(verifier, (file, tree), location, &stored, name)
+        let mut file = Self::from_sources(verifier, (file, tree), location, &stored, name)?;
+        file.fetched_whole = matches!(prefetch, Some((0, _)));
+        Ok(file)
     }
 
     /// Opens the verity file whose data is at offset 0 of `data`, whose
@@ -202,9 +207,10 @@ impl VerityFile {
         name: &Path,
     ) -> Result<VerityFile> {
         let one_source = Arc::ptr_eq(&sources.0, &sources.1);
-        let file = Self::from_sources(verifier, sources, location, descriptor, name)?;
+        let mut file = Self::from_sources(verifier, sources, location, descriptor, name)?;
         if let Some((start, len)) = open_prefetch(&location, &*file.tree).filter(|_| one_source) {
             file.tree.prefetch(start, len);
+            file.fetched_whole = start == 0;
         }
         Ok(file)
     }
@@ -253,6 +259,7 @@ impl VerityFile {
             verifier: verifier.clone(),
             stats: Counters::default(),
             access: Access::default(),
+            fetched_whole: false,
         })
     }
 

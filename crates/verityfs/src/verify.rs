@@ -366,7 +366,7 @@ impl VerityFile {
     /// Asks the tree's source to start fetching blocks `s..=e` of `level`
     /// (`POSIX_FADV_WILLNEED` for a local file) without waiting.
     fn hint_tree_range(&self, level: usize, s: u64, e: u64) {
-        if s > e {
+        if s > e || self.fetched_whole {
             return;
         }
         let len = (e - s + 1) << self.log_block_size();

@@ -127,6 +127,26 @@ fn sequential_reads_with_and_without_readahead() {
     }
 }
 
+/// A small file is asked for whole when opened (data, tree and descriptor
+/// in one request): reading it asks for nothing more, for any read size.
+#[test]
+fn small_files_read_whole_ask_for_no_tree_readahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = random_bytes(300_000, 4);
+    let path = write_file(dir.path(), "f", &data);
+    enable(&path, MerkleTreeParams::default()).unwrap();
+    for read_size in [4096, 16 << 10, 128 << 10] {
+        let file = open(&Verifier::new(ReadOptions::default()), &path);
+        let mut buf = vec![0u8; read_size];
+        for (i, chunk) in data.chunks(read_size).enumerate() {
+            let n = file.read_at(&mut buf, (i * read_size) as u64).unwrap();
+            assert_eq!(&buf[..n], chunk);
+        }
+        let s = file.stats().snapshot();
+        assert_eq!(s.readahead_requests, 0, "{read_size}-byte reads: {s:?}");
+    }
+}
+
 /// `read_metadata` is pread-like: an offset past the end of an item reads
 /// nothing, however large, including offsets within `tree_pos` of 2^64,
 /// where an unchecked `tree_pos + offset` would overflow.
