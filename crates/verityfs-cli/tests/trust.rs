@@ -271,8 +271,9 @@ fn assert_same(got: &[u8], want: &[u8], what: &str) {
 
 /// Handles opened for writing before the file became verity in the
 /// backing store: writes through them (`write(2)`, stores to a shared
-/// mapping) are refused, and what the kernel copied into its page cache
-/// before refusing never reaches a reader who opens the verity file after.
+/// mapping, `fallocate`) are refused, and what the kernel copied into its
+/// page cache before refusing never reaches a reader who opens the verity
+/// file after.
 #[test]
 fn writers_opened_before_cannot_poison_new_readers() {
     let m = Mount::new();
@@ -296,6 +297,7 @@ fn writers_opened_before_cannot_poison_new_readers() {
             while !stop.load(stopped) {
                 assert_errno(writer.write_at(&other, TAMPERED), libc::EPERM, "write");
             }
+            writer
         })
     };
     for _ in 0..200 {
@@ -306,8 +308,17 @@ fn writers_opened_before_cannot_poison_new_readers() {
         assert_same(&read_new(&m.path("victim")).unwrap(), &data, "new reader");
     }
     stop.store(true, stopped);
-    writing.join().unwrap();
+    let writer = writing.join().unwrap();
     mapper.finish();
+    use rustix::fs::FallocateFlags as Mode;
+    for (mode, what) in [
+        (Mode::empty(), "fallocate past the end"),
+        (Mode::PUNCH_HOLE | Mode::KEEP_SIZE, "punching a hole"),
+    ] {
+        let result = rustix::fs::fallocate(&writer, mode, 0, SIZE as u64 * 2);
+        assert_errno(result.map_err(io::Error::from), libc::EPERM, what);
+    }
+    assert_eq!(read_new(&m.path("victim")).unwrap(), data);
 }
 
 /// Sets the modification time of `path` (an attacker covering tracks, so
@@ -807,5 +818,68 @@ fn writers_opened_before_keep_the_file_from_being_measured() {
          a new one after; the byte through the old mapping and descriptor \
          (genuine: {})",
         data[at]
+    );
+}
+
+/// Inodes retired one after another, the file made ordinary and verity
+/// again in the backing store in between: when the kernel forgets the
+/// newest one, the next inode must still answer for the oldest one's
+/// writers (`ETXTBSY` while they are open), not call the file verity while
+/// their stores can still show in mappings of it.
+#[test]
+fn a_forgotten_retired_inode_keeps_older_writers_in_view() {
+    use verityfs::layout::LOCATION_XATTR;
+    let m = Mount::new();
+    let data = victim_and_genuine(&m);
+    let genuine = measure(&m.path("genuine"));
+    fs::write(m.path("victim"), &data).unwrap();
+    let write = || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(m.path("victim"))
+            .unwrap()
+    };
+    let measure_new = || {
+        let file = File::open(m.path("victim")).unwrap();
+        verity_ioctl(&file, VerityIoctl::Measure { digest_size: 64 })
+            .map(|out| format_digest(&out).unwrap())
+    };
+    // The first inode: a writer, then the switch, which retires it.
+    let first_writer = write();
+    copy_genuine_over_victim(&m);
+    let retired = verity_ioctl(&first_writer, VerityIoctl::Measure { digest_size: 64 });
+    assert_errno(retired, libc::ESTALE, "measure through the first inode");
+    // Ordinary again: the next inode gets a writer, then verity again, and
+    // the switch retires it too.
+    let backing = m.backing("victim");
+    let record = get_xattr(&backing, LOCATION_XATTR).unwrap();
+    rustix::fs::removexattr(&backing, LOCATION_XATTR).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let second_writer = write();
+    rustix::fs::setxattr(
+        &backing,
+        LOCATION_XATTR,
+        &record,
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    let retired = verity_ioctl(&second_writer, VerityIoctl::Measure { digest_size: 64 });
+    assert_errno(retired, libc::ESTALE, "measure through the second inode");
+    drop(second_writer);
+    // The kernel forgets the second inode (its last writer is gone).
+    std::thread::sleep(Duration::from_millis(300));
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_errno(
+        measure_new(),
+        libc::ETXTBSY,
+        "measure with the first writer open",
+    );
+    drop(first_writer);
+    assert_eq!(
+        measure_new().unwrap(),
+        genuine,
+        "measure once the writers are gone"
     );
 }

@@ -200,8 +200,7 @@ impl VerityFs {
                 // The last writer of an inode retired at a switch: what it
                 // put in the kernel's cache can go now, and stays gone.
                 if verity.writers == 0 && inode.is_retired() {
-                    verity.cache_verified = false;
-                    self.invalidator.invalidate(inode.clone());
+                    self.invalidator.invalidate(inode.clone(), &mut verity);
                 }
             }
         }

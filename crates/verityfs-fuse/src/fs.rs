@@ -207,7 +207,7 @@ impl VerityFs {
         // FOPEN_KEEP_CACHE). It also drops the attributes, which cost a
         // GETATTR on the next access: it is sent only if the kernel was
         // ever shown the file as ordinary.
-        verity.cache_verified = !verity.shown_plain;
+        verity.cache_verified = true;
         // A size shown before (an ordinary file's, or from a location
         // record changed since) would cut reads short, of a file whose
         // measure is the whole one's: it is dropped before any reply.
@@ -215,7 +215,7 @@ impl VerityFs {
             self.invalidator.invalidate_attributes(inode.ino);
         }
         if verity.shown_plain {
-            self.invalidator.invalidate(inode.clone());
+            self.invalidator.invalidate(inode.clone(), verity);
         }
         // Handles opened for writing before can still put bytes in this
         // inode's page cache (the kernel copies a write(2) or a store to a

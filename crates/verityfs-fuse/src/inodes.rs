@@ -24,8 +24,12 @@ pub struct VerityState {
     /// daemon, whatever the backing store does: verity is for good.
     pub file: Option<Arc<VerityFile>>,
     /// The kernel's page cache of the file holds only pages this daemon
-    /// verified: it was dropped once since the file became verity here.
+    /// verified: it was dropped once since the file became verity here,
+    /// and after the last drop queued.
     pub cache_verified: bool,
+    /// Drops of the page cache queued so far: only the last one's end
+    /// sets `cache_verified`.
+    pub drops_queued: u64,
     /// The kernel was shown this file as an ordinary one (its attributes,
     /// or a handle), so it may hold pages or a size from then. A file
     /// found to be verity before either, as most are at their first
@@ -261,9 +265,17 @@ impl InodeTable {
             if tables.by_key.get(&key) == Some(&ino.0) {
                 tables.by_key.remove(&key);
             }
-            // Forgotten by the kernel: no handle or mapping shows its pages.
-            if tables.retired.get(&key).is_some_and(|i| i.ino == ino) {
-                tables.retired.remove(&key);
+            // Forgotten by the kernel: no handle or mapping shows its pages,
+            // but those of the inodes retired before it may still: the next
+            // successor follows them instead.
+            if let Some(newest) = tables.retired.remove(&key) {
+                let newest = match newest.ino == ino {
+                    true => newest.predecessor.clone(),
+                    false => Some(newest),
+                };
+                if let Some(newest) = newest {
+                    tables.retired.insert(key, newest);
+                }
             }
         }
     }

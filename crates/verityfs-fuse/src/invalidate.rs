@@ -19,12 +19,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use fuser::{INodeNo, Notifier};
 
-use crate::inodes::Inode;
+use crate::inodes::{Inode, VerityState};
 
 /// What the notifying thread does, in order.
 enum Job {
-    /// Drop every cached page of the inode, then mark its cache verified.
-    Drop(Arc<Inode>),
+    /// Drop every cached page of the inode, then mark its cache verified
+    /// unless another drop was queued since (its number, `drops_queued`).
+    Drop(Arc<Inode>, u64),
     /// Send a reply that must follow every drop queued before it.
     Reply(Box<dyn FnOnce() + Send>),
 }
@@ -61,10 +62,13 @@ impl Invalidator {
     }
 
     /// Drops every cached page (and the cached attributes) of `inode`,
-    /// soon; its `cache_verified`, cleared by the caller, is set once done.
-    pub(crate) fn invalidate(&self, inode: Arc<Inode>) {
+    /// whose state `verity` the caller holds locked, soon: its
+    /// `cache_verified` is clear until then.
+    pub(crate) fn invalidate(&self, inode: Arc<Inode>, verity: &mut VerityState) {
+        verity.cache_verified = false;
+        verity.drops_queued += 1;
         // Fails only once the mount is gone, and its cache with it.
-        let _ = self.queue.send(Job::Drop(inode));
+        let _ = self.queue.send(Job::Drop(inode, verity.drops_queued));
     }
 
     /// Runs `reply` once every drop queued so far is done.
@@ -94,7 +98,7 @@ impl Invalidator {
             .spawn(move || {
                 for job in pending {
                     match job {
-                        Job::Drop(inode) => drop_pages(&notifier, &inode),
+                        Job::Drop(inode, number) => drop_pages(&notifier, &inode, number),
                         Job::Reply(reply) => reply(),
                     }
                 }
@@ -103,8 +107,9 @@ impl Invalidator {
     }
 }
 
-/// Drops every cached page of `inode` and marks its cache as verified.
-fn drop_pages(notifier: &Notifier, inode: &Inode) {
+/// Drops every cached page of `inode` and marks its cache as verified,
+/// if this drop (`number`) is the last one queued.
+fn drop_pages(notifier: &Notifier, inode: &Inode, number: u64) {
     // Offset 0, length 0: the whole file. ENOENT: the kernel holds no
     // pages of it.
     let dropped = match notifier.inval_inode(inode.ino, 0, 0) {
@@ -115,6 +120,10 @@ fn drop_pages(notifier: &Notifier, inode: &Inode) {
             false
         }
     };
-    // Else every open still drops the cache.
-    inode.verity().cache_verified = dropped;
+    // Else every open still drops the cache. A drop queued meanwhile (a
+    // writer's stores since this one began) sets it when done.
+    let mut verity = inode.verity();
+    if verity.drops_queued == number {
+        verity.cache_verified = dropped;
+    }
 }

@@ -20,6 +20,10 @@ impl VerityFs {
         mode: i32,
     ) -> Result<(), Errno> {
         match &*self.handles.get(fh)? {
+            // Opened before the file became verity: as for writes.
+            Handle::Plain {
+                write: true, inode, ..
+            } if inode.verity().file.is_some() => Err(Errno::EPERM),
             Handle::Plain {
                 file, write: true, ..
             } => {
