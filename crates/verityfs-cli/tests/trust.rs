@@ -883,3 +883,67 @@ fn a_forgotten_retired_inode_keeps_older_writers_in_view() {
         "measure once the writers are gone"
     );
 }
+
+/// Holds a write lease on `argv[1]` (as a writer of the backing store may),
+/// ignoring the signal that asks to give it up, until stdin closes.
+const LEASE_HOLDER: &str = r#"
+import fcntl, os, signal, sys
+signal.signal(signal.SIGIO, signal.SIG_IGN)
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+print("ready", flush=True)
+sys.stdin.read()
+"#;
+
+/// A lease on a backing file makes an open of it wait for the holder (45 s
+/// by default): opens through the mount fail at once instead (`EAGAIN`),
+/// so that the holder cannot tie up the daemon's threads, and the inode's
+/// lock, which every `stat` of the file needs too.
+#[test]
+fn a_lease_on_a_backing_file_cannot_stall_the_daemon() {
+    let mut m = Mount::new();
+    let data = random_bytes(SIZE, 11);
+    for name in ["plain", "verity", "other"] {
+        fs::write(m.path(name), &data).unwrap();
+    }
+    enable(&m.path("verity"), &[]);
+    // A new daemon: it has opened none of them.
+    m.remount(&[]);
+    let holders: Vec<_> = ["plain", "verity"]
+        .iter()
+        .map(|name| {
+            let mut holder = Command::new("/usr/bin/python3")
+                .args(["-c", LEASE_HOLDER])
+                .arg(m.backing(name))
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("starting python3");
+            let mut line = String::new();
+            let mut out = io::BufReader::new(holder.stdout.take().unwrap());
+            io::BufRead::read_line(&mut out, &mut line).unwrap();
+            assert_eq!(line.trim(), "ready");
+            holder
+        })
+        .collect();
+    let (plain, verity, other) = (m.path("plain"), m.path("verity"), m.path("other"));
+    with_watchdog(
+        "opens of leased files",
+        Duration::from_secs(10),
+        move || {
+            for path in [&plain, &verity] {
+                for _ in 0..4 {
+                    assert_errno(File::open(path), libc::EAGAIN, "open of a leased file");
+                    fs::metadata(path).unwrap();
+                }
+            }
+            assert_eq!(fs::read(other).unwrap().len(), SIZE);
+        },
+    );
+    for mut holder in holders {
+        drop(holder.stdin.take());
+        assert!(wait_for(&mut holder, COMMAND_TIMEOUT).is_some());
+    }
+    assert_eq!(fs::read(m.path("verity")).unwrap(), data);
+    assert_eq!(fs::read(m.path("plain")).unwrap(), data);
+}

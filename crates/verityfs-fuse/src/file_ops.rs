@@ -149,7 +149,10 @@ impl VerityFs {
     ) -> Result<(FileAttr, FileHandle), Errno> {
         let creds = Creds::of(&caller);
         let oflags = (flags | libc::O_CREAT) & !(libc::O_NOCTTY | libc::O_TRUNC | NOT_FOR_BACKING);
-        let oflags = OFlags::from_bits_retain(oflags as u32) | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        let oflags = OFlags::from_bits_retain(oflags as u32)
+            | OFlags::CLOEXEC
+            | OFlags::NOFOLLOW
+            | crate::fs::NEVER_WAIT;
         let mode = Mode::from_raw_mode(mode & !umask);
         let fd = self.with_creds(&creds, || {
             rustix::fs::openat(&parent.fd, name, oflags, mode).map_err(errno)

@@ -257,12 +257,13 @@ impl VerityFs {
         }
     }
 
-    /// Opens the backing object of `inode` with `flags`.
+    /// Opens the backing object of `inode` with `flags`, never waiting (see
+    /// [`NEVER_WAIT`]).
     pub(crate) fn open_backing(&self, inode: &Inode, flags: OFlags) -> Result<File, Errno> {
         let fd: OwnedFd = rustix::fs::openat(
             CWD,
             inode.proc_path(),
-            flags | OFlags::CLOEXEC,
+            flags | OFlags::CLOEXEC | NEVER_WAIT,
             Mode::empty(),
         )
         .map_err(errno)?;
@@ -294,6 +295,13 @@ impl VerityFs {
         self.inodes.get(ino)
     }
 }
+
+/// Added to every open of a backing file: whoever writes the backing store
+/// may hold a lease on a file there, and an open that breaks it would wait
+/// for the holder (45 s by default), holding a worker thread and the
+/// inode's lock meanwhile; with it, the open fails at once (`EAGAIN`).
+/// Regular files ignore it otherwise.
+pub(crate) const NEVER_WAIT: OFlags = OFlags::NONBLOCK;
 
 /// A library error as a FUSE errno.
 pub(crate) fn lib_errno(e: verityfs::Error) -> Errno {

@@ -217,7 +217,7 @@ impl VerityFs {
     fn set_backing_flags(&self, caller: Caller, inode: &Inode, flags: u32) -> Result<(), Errno> {
         let flags = IFlags::from_bits_retain(flags & !FS_VERITY_FL);
         self.as_caller(&caller, || {
-            let file = self.open_backing(inode, OFlags::RDONLY | OFlags::NONBLOCK)?;
+            let file = self.open_backing(inode, OFlags::RDONLY)?;
             rustix::fs::ioctl_setflags(&file, flags).map_err(errno)
         })?;
         self.mount.attributes_changed(inode.ino);
@@ -225,7 +225,7 @@ impl VerityFs {
     }
 
     fn backing_flags(&self, inode: &Inode) -> Result<IFlags, Errno> {
-        let file = self.open_backing(inode, OFlags::RDONLY | OFlags::NONBLOCK)?;
+        let file = self.open_backing(inode, OFlags::RDONLY)?;
         match rustix::fs::ioctl_getflags(&file) {
             Ok(flags) => Ok(flags),
             // Filesystems without inode flags (tmpfs before 6.0...) have none set.

@@ -2,6 +2,7 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -423,7 +424,12 @@ pub(crate) fn open_prefetch(location: &Location, source: &dyn Source) -> Option<
 /// reads, and with the kernel's own readahead turned off on it: tree
 /// readahead is ours to do (and to switch off).
 fn open_tree_reader(file: &File) -> Result<File> {
-    let tree = File::open(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+    // Without waiting for the holder of a lease on the file to give it up:
+    // the caller, who opened it already, may not be able to wait that long.
+    let tree = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
     fadvise(&tree, 0, None, Advice::Random).map_err(std::io::Error::from)?;
     Ok(tree)
 }
