@@ -45,6 +45,15 @@ fn victim_and_genuine(m: &Mount) -> Vec<u8> {
     data
 }
 
+/// [`victim_and_genuine`]; the data, the genuine file's digest, and the
+/// data with the byte at [`TAMPERED`] changed (the attacker's copy).
+fn genuine_and_tampered(m: &Mount) -> (Vec<u8>, String, Vec<u8>) {
+    let data = victim_and_genuine(m);
+    let mut tampered = data.clone();
+    tampered[TAMPERED as usize] ^= 0xff;
+    (data, measure(&m.path("genuine")), tampered)
+}
+
 /// Copies the genuine verity file over the victim's backing file in place
 /// (the same inode), extended attributes included, as `cp` does.
 fn copy_genuine_over_victim(m: &Mount) {
@@ -211,26 +220,41 @@ for line in sys.stdin:
     print("done", flush=True)
 "#;
 
-/// The running [`MAPPER`].
-struct Mapper {
+/// One of these tests' Python programs, driven line by line on stdin: it
+/// says "ready" once started, and answers with lines.
+struct Program {
     child: std::process::Child,
     out: std::io::BufReader<std::process::ChildStdout>,
 }
 
-impl Mapper {
-    fn start(path: &Path) -> Mapper {
+impl Program {
+    fn start(script: &str, args: &[&std::ffi::OsStr]) -> Program {
         let mut child = Command::new("/usr/bin/python3")
-            .args(["-c", MAPPER])
-            .arg(path)
-            .args([SIZE.to_string(), TAMPERED.to_string()])
+            .args(["-c", script])
+            .args(args)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("starting python3");
         let out = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut mapper = Mapper { child, out };
-        assert_eq!(mapper.answer().as_deref(), Some("ready"));
-        mapper
+        let mut program = Program { child, out };
+        assert_eq!(program.answer().as_deref(), Some("ready"));
+        program
+    }
+
+    /// The [`MAPPER`] of the file `path`.
+    fn mapper(path: &Path) -> Program {
+        let (size, at) = (SIZE.to_string(), TAMPERED.to_string());
+        Program::start(MAPPER, &[path.as_os_str(), size.as_ref(), at.as_ref()])
+    }
+
+    /// `script` started with the victim's path, its size, the attacker's
+    /// offset and `more`.
+    fn on_victim(script: &str, m: &Mount, more: &[&str]) -> Program {
+        let (path, size, at) = (m.path("victim"), SIZE.to_string(), TAMPERED.to_string());
+        let mut args = vec![path.as_os_str(), size.as_ref(), at.as_ref()];
+        args.extend(more.iter().map(std::ffi::OsStr::new));
+        Program::start(script, &args)
     }
 
     /// Sends `command`; the answer, `None` if the program died.
@@ -248,12 +272,22 @@ impl Mapper {
     }
 
     /// Waits for the program to end; its signal, if one killed it.
-    fn finish(mut self) -> Option<i32> {
+    fn finish(self) -> Option<i32> {
         use std::os::unix::process::ExitStatusExt;
+        self.status().signal()
+    }
+
+    /// Sends `command`, then waits for the program to end successfully;
+    /// its last answer.
+    fn last_answer(mut self, command: &str) -> String {
+        let answer = self.send(command).expect("an answer");
+        assert!(self.status().success(), "python3 failed");
+        answer
+    }
+
+    fn status(mut self) -> std::process::ExitStatus {
         drop(self.child.stdin.take());
-        wait_for(&mut self.child, COMMAND_TIMEOUT)
-            .expect("python3 did not exit")
-            .signal()
+        wait_for(&mut self.child, COMMAND_TIMEOUT).expect("python3 did not exit")
     }
 }
 
@@ -282,7 +316,7 @@ fn writers_opened_before_cannot_poison_new_readers() {
         .write(true)
         .open(m.path("victim"))
         .unwrap();
-    let mut mapper = Mapper::start(&m.path("victim"));
+    let mut mapper = Program::mapper(&m.path("victim"));
     copy_genuine_over_victim(&m);
     fs::metadata(m.path("victim")).unwrap();
     assert_eq!(read_new(&m.path("victim")).unwrap(), data);
@@ -344,7 +378,7 @@ fn mapped_pages_are_invalidated_at_the_switch() {
     restore();
     // Attributes cached while ordinary, so the mtime check sees no change.
     std::thread::sleep(Duration::from_millis(1200));
-    let mut mapper = Mapper::start(&m.path("victim"));
+    let mut mapper = Program::mapper(&m.path("victim"));
     let tampered = fs::read(&victim).unwrap();
     swap_in_keeping(&m, &tampered);
     restore();
@@ -699,33 +733,16 @@ print(arg[4:4 + arg[2]].hex(), byte, flush=True)
 #[test]
 fn a_measure_answers_only_once_old_mapped_pages_are_gone() {
     let m = Mount::new();
-    let data = victim_and_genuine(&m);
-    let genuine = measure(&m.path("genuine"));
+    let (data, genuine, tampered) = genuine_and_tampered(&m);
     let at = TAMPERED as usize;
-    let mut tampered = data.clone();
-    tampered[at] ^= 0xff;
     // A reply sent before the drop is done shows within a few rounds.
     for round in 0..60 {
         let how = if round % 3 == 0 { "new" } else { "old" };
         fs::write(m.path("victim"), &tampered).unwrap();
-        let mut mapper = Command::new("/usr/bin/python3")
-            .args(["-c", MEASURE_THEN_FAULT])
-            .arg(m.path("victim"))
-            .args([SIZE.to_string(), TAMPERED.to_string(), how.to_owned()])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("starting python3");
-        let mut out = io::BufReader::new(mapper.stdout.take().unwrap());
-        let mut line = String::new();
-        io::BufRead::read_line(&mut out, &mut line).unwrap();
-        assert_eq!(line.trim(), "ready");
+        let program = Program::on_victim(MEASURE_THEN_FAULT, &m, &[how]);
         copy_genuine_over_victim(&m);
-        io::Write::write_all(mapper.stdin.as_mut().unwrap(), b"go\n").unwrap();
-        line.clear();
-        io::BufRead::read_line(&mut out, &mut line).unwrap();
-        assert!(wait_for(&mut mapper, COMMAND_TIMEOUT).is_some_and(|s| s.success()));
-        let (digest, byte) = line.trim().split_once(' ').expect("digest and byte");
+        let line = program.last_answer("go");
+        let (digest, byte) = line.split_once(' ').expect("digest and byte");
         assert_eq!(format!("sha256:{digest}"), genuine, "round {round} ({how})");
         assert_eq!(
             byte.parse::<u8>().unwrap(),
@@ -786,29 +803,12 @@ print(" ".join(out), flush=True)
 #[test]
 fn writers_opened_before_keep_the_file_from_being_measured() {
     let m = Mount::new();
-    let data = victim_and_genuine(&m);
-    let genuine = measure(&m.path("genuine"));
+    let (data, genuine, tampered) = genuine_and_tampered(&m);
     let at = TAMPERED as usize;
-    let mut tampered = data.clone();
-    tampered[at] ^= 0xff;
     fs::write(m.path("victim"), &tampered).unwrap();
-    let mut program = Command::new("/usr/bin/python3")
-        .args(["-c", WRITER_THEN_MEASURE])
-        .arg(m.path("victim"))
-        .args([SIZE.to_string(), TAMPERED.to_string()])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("starting python3");
-    let mut out = io::BufReader::new(program.stdout.take().unwrap());
-    let mut line = String::new();
-    io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    let program = Program::on_victim(WRITER_THEN_MEASURE, &m, &[]);
     copy_genuine_over_victim(&m);
-    io::Write::write_all(program.stdin.as_mut().unwrap(), b"go\n").unwrap();
-    line.clear();
-    io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert!(wait_for(&mut program, COMMAND_TIMEOUT).is_some_and(|s| s.success()));
+    let line = program.last_answer("go");
     let genuine_hex = genuine.strip_prefix("sha256:").unwrap();
     let byte = data[at].to_string();
     assert_eq!(
@@ -911,20 +911,7 @@ fn a_lease_on_a_backing_file_cannot_stall_the_daemon() {
     m.remount(&[]);
     let holders: Vec<_> = ["plain", "verity"]
         .iter()
-        .map(|name| {
-            let mut holder = Command::new("/usr/bin/python3")
-                .args(["-c", LEASE_HOLDER])
-                .arg(m.backing(name))
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .expect("starting python3");
-            let mut line = String::new();
-            let mut out = io::BufReader::new(holder.stdout.take().unwrap());
-            io::BufRead::read_line(&mut out, &mut line).unwrap();
-            assert_eq!(line.trim(), "ready");
-            holder
-        })
+        .map(|name| Program::start(LEASE_HOLDER, &[m.backing(name).as_os_str()]))
         .collect();
     let (plain, verity, other) = (m.path("plain"), m.path("verity"), m.path("other"));
     with_watchdog(
@@ -940,9 +927,8 @@ fn a_lease_on_a_backing_file_cannot_stall_the_daemon() {
             assert_eq!(fs::read(other).unwrap().len(), SIZE);
         },
     );
-    for mut holder in holders {
-        drop(holder.stdin.take());
-        assert!(wait_for(&mut holder, COMMAND_TIMEOUT).is_some());
+    for holder in holders {
+        holder.finish();
     }
     assert_eq!(fs::read(m.path("verity")).unwrap(), data);
     assert_eq!(fs::read(m.path("plain")).unwrap(), data);
