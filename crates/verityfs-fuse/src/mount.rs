@@ -369,6 +369,10 @@ fn serve<FS: Mountable>(
 ) -> io::Result<()> {
     // Modes from the kernel are already masked with the caller's umask.
     rustix::process::umask(rustix::fs::Mode::empty());
+    // Caught from before the mount exists: a signal sent as soon as the
+    // mount shows must unmount it, not kill the daemon and leave the mount
+    // without its server.
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])?;
     let (session, ours) = new_session(fs, fsname, target, options, forced)?;
     mounted();
     // Unmounted only while its place still holds our mount, never
@@ -376,7 +380,6 @@ fn serve<FS: Mountable>(
     // leads to: a user owning a parent directory could put another mount
     // there).
     let signalled = ours.clone();
-    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
