@@ -16,8 +16,6 @@
 //! (default 10 seconds per race).
 
 mod common;
-#[path = "../../verityfs/tests/common/ext4.rs"]
-mod ext4;
 
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Read};
@@ -30,7 +28,6 @@ use std::time::Duration;
 use rustix::fs::{fadvise, Advice};
 
 use common::*;
-use ext4::ext4_of;
 
 /// The file's size: several blocks, so that the tampered one is not the
 /// first.
@@ -555,11 +552,48 @@ fn creation_races_never_hand_over_root_objects() {
 // Reserved blocks
 // ---------------------------------------------------------------------------
 
-/// Free blocks of the filesystem at `path`, and those available to
-/// unprivileged users.
-fn free_blocks(path: &Path) -> (u64, u64) {
-    let st = rustix::fs::statvfs(path).unwrap();
-    (st.f_bfree, st.f_bavail)
+/// A small ext4 filesystem on a loop device of its own, mounted for the
+/// test and removed after it.
+struct SmallExt4 {
+    dir: tempfile::TempDir,
+}
+
+impl SmallExt4 {
+    fn new() -> SmallExt4 {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("image");
+        File::create(&image).unwrap().set_len(32 << 20).unwrap();
+        run_ok(
+            Command::new("mkfs.ext4")
+                .args(["-q", "-F", "-m", "10"])
+                .arg(&image),
+        );
+        let mnt = dir.path().join("mnt");
+        fs::create_dir(&mnt).unwrap();
+        run_ok(
+            Command::new("mount")
+                .args(["-o", "loop"])
+                .arg(&image)
+                .arg(&mnt),
+        );
+        SmallExt4 { dir }
+    }
+
+    fn mnt(&self) -> std::path::PathBuf {
+        self.dir.path().join("mnt")
+    }
+
+    /// Free blocks, and those available to unprivileged users.
+    fn free(&self) -> (u64, u64) {
+        let st = rustix::fs::statvfs(self.mnt()).unwrap();
+        (st.f_bfree, st.f_bavail)
+    }
+}
+
+impl Drop for SmallExt4 {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.mnt()).status();
+    }
 }
 
 /// Fills the filesystem as `nobody` with `dd` writing to `target`; returns
@@ -601,13 +635,13 @@ fn map_as_nobody(path: &Path) {
 /// exactly as when `nobody` writes directly.
 #[test]
 fn writes_through_the_mount_respect_reserved_blocks() {
-    let ext4 = ext4_of(32 << 20, &["-m", "10"]);
-    let backing = ext4.path().join("backing");
+    let ext4 = SmallExt4::new();
+    let backing = ext4.mnt().join("backing");
     fs::create_dir(&backing).unwrap();
     fs::set_permissions(&backing, Permissions::from_mode(0o777)).unwrap();
-    let (free_before, _) = free_blocks(ext4.path());
+    let (free_before, _) = ext4.free();
     assert!(fill_as_nobody(&backing.join("direct")));
-    let (free_direct, avail_direct) = free_blocks(ext4.path());
+    let (free_direct, avail_direct) = ext4.free();
     assert!(avail_direct < 16, "{avail_direct} blocks still available");
     assert!(
         free_direct > free_before / 20,
@@ -618,7 +652,7 @@ fn writes_through_the_mount_respect_reserved_blocks() {
     assert!(fill_as_nobody(&m.path("through")));
     // The kernel writes shared mappings back without credentials.
     map_as_nobody(&m.path("mapped"));
-    let (free_mount, _) = free_blocks(ext4.path());
+    let (free_mount, _) = ext4.free();
     assert!(
         free_mount + 16 >= free_direct,
         "through the mount: {free_mount} blocks left, directly: {free_direct}"
