@@ -229,7 +229,16 @@ struct Program {
 
 impl Program {
     fn start(script: &str, args: &[&std::ffi::OsStr]) -> Program {
-        let mut child = Command::new("/usr/bin/python3")
+        Program::run(Command::new("/usr/bin/python3"), script, args)
+    }
+
+    /// [`Program::start`], as `nobody`.
+    fn as_nobody(script: &str, args: &[&std::ffi::OsStr]) -> Program {
+        Program::run(as_nobody("/usr/bin/python3"), script, args)
+    }
+
+    fn run(mut python: Command, script: &str, args: &[&std::ffi::OsStr]) -> Program {
+        let mut child = python
             .args(["-c", script])
             .args(args)
             .stdin(std::process::Stdio::piped())
@@ -468,12 +477,20 @@ while time.time() < deadline:
 print(n)
 "#;
 
-fn python_as_nobody(script: &str, args: &[&str]) -> std::process::Child {
-    Command::new("setpriv")
+/// A command running `program` as `nobody`.
+fn as_nobody(program: &str) -> Command {
+    let mut command = Command::new("setpriv");
+    command
         .arg(format!("--reuid={NOBODY}"))
         .arg(format!("--regid={NOBODY}"))
         .arg("--clear-groups")
-        .args(["/usr/bin/python3", "-c", script])
+        .arg(program);
+    command
+}
+
+fn python_as_nobody(script: &str, args: &[&str]) -> std::process::Child {
+    as_nobody("/usr/bin/python3")
+        .args(["-c", script])
         .args(args)
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -599,11 +616,8 @@ impl Drop for SmallExt4 {
 /// Fills the filesystem as `nobody` with `dd` writing to `target`; returns
 /// whether dd ended with "No space left on device".
 fn fill_as_nobody(target: &Path) -> bool {
-    let out = run(Command::new("setpriv")
-        .arg(format!("--reuid={NOBODY}"))
-        .arg(format!("--regid={NOBODY}"))
-        .arg("--clear-groups")
-        .args(["dd", "if=/dev/zero", "bs=64k"])
+    let out = run(as_nobody("dd")
+        .args(["if=/dev/zero", "bs=64k"])
         .arg(format!("of={}", target.display())));
     String::from_utf8_lossy(&out.stderr).contains("No space left on device")
 }
@@ -620,14 +634,7 @@ fn map_as_nobody(path: &Path) {
                   except OSError: pass\n";
     // The stores themselves must happen: a program that failed to run
     // would leave the reserved blocks free for the wrong reason.
-    run_ok(
-        Command::new("setpriv")
-            .arg(format!("--reuid={NOBODY}"))
-            .arg(format!("--regid={NOBODY}"))
-            .arg("--clear-groups")
-            .args(["/usr/bin/python3", "-c", script])
-            .arg(path),
-    );
+    run_ok(as_nobody("/usr/bin/python3").args(["-c", script]).arg(path));
 }
 
 /// `nobody` fills a small ext4 through the mount, with `write(2)` and
@@ -932,4 +939,88 @@ fn a_lease_on_a_backing_file_cannot_stall_the_daemon() {
     }
     assert_eq!(fs::read(m.path("verity")).unwrap(), data);
     assert_eq!(fs::read(m.path("plain")).unwrap(), data);
+}
+
+/// Run by `nobody`: `write(2)`s to a backing file from a buffer mapped
+/// through the mount from the same file, while two threads either truncate
+/// it through the mount or, given an enabling record, put the record back
+/// on the backing file and open it for writing through the mount (whose
+/// daemon undoes the enable it seems to be). The write holds the backing inode's lock
+/// while its page fault waits for a read through the mount, and the
+/// truncations and undoings wait for that lock in the daemon. Says how many
+/// writes were done in the time given, or at which one it was stuck.
+const SELF_FEEDER: &str = r#"
+import mmap, os, sys, threading, time
+path, backing, size, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+fd = os.open(path, os.O_RDWR)
+out = os.open(backing, os.O_WRONLY)
+view = memoryview(mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ))
+record = bytes.fromhex(sys.argv[5]) if len(sys.argv) > 5 else None
+def wait_in_daemon():
+    while True:
+        try:
+            if record is None:
+                os.ftruncate(fd, size)
+            else:
+                os.setxattr(backing, "user.verityfs.enabling", record)
+                os.close(os.open(path, os.O_RDWR))
+        except OSError: pass
+for _ in range(2):
+    threading.Thread(target=wait_in_daemon, daemon=True).start()
+print("ready", flush=True)
+writes, end = 0, time.time() + secs
+while time.time() < end:
+    at = (writes * 7919 % (size >> 20)) << 20
+    os.posix_fadvise(out, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    done = threading.Event()
+    def write():
+        os.pwrite(out, view[at:at + 4096], at)
+        done.set()
+    threading.Thread(target=write, daemon=True).start()
+    if not done.wait(5):
+        print(f"stuck at write {writes + 1}", flush=True)
+        os._exit(0)
+    writes += 1
+print(f"{writes} writes", flush=True)
+os._exit(0)
+"#;
+
+/// No request waits, holding what others need, for a backing system call
+/// that waits for the backing inode's lock: here the write of
+/// [`SELF_FEEDER`] holds it until a read of the file through the mount is
+/// answered, which needs the verity state that truncations and the undoing
+/// of an interrupted enable hold. Alone, `nobody` would stop the daemon's
+/// workers for good.
+#[test]
+fn a_write_from_a_mapping_of_the_mount_cannot_stall_the_daemon() {
+    let m = Mount::with_args(&["-o", "allow_other"]);
+    let size = 16usize << 20;
+    fs::write(m.path("other"), b"another file").unwrap();
+    let record = verityfs::EnablingRecord {
+        data_size: size as u64,
+    };
+    let record: String = record.encode().iter().map(|b| format!("{b:02x}")).collect();
+    for (name, waits) in [("truncated", None), ("undone", Some(&record))] {
+        fs::write(m.path(name), random_bytes(size, 3)).unwrap();
+        std::os::unix::fs::chown(m.backing(name), Some(NOBODY), Some(NOBODY)).unwrap();
+        let (path, backing) = (m.path(name), m.backing(name));
+        let (size, secs) = (size.to_string(), "3".to_owned());
+        let mut args = vec![
+            path.as_os_str(),
+            backing.as_os_str(),
+            size.as_ref(),
+            secs.as_ref(),
+        ];
+        args.extend(waits.map(std::ffi::OsStr::new));
+        let mut feeder = Program::as_nobody(SELF_FEEDER, &args);
+        let answer = feeder.answer().expect("an answer");
+        assert!(answer.ends_with(" writes"), "{name}: {answer}");
+        assert!(feeder.status().success(), "python3 failed");
+        let other = m.path("other");
+        let read = with_watchdog("a read after", Duration::from_secs(10), move || {
+            fs::read(other)
+        });
+        assert_eq!(read.unwrap(), b"another file");
+    }
 }

@@ -60,6 +60,9 @@ impl VerityFs {
         let creds = Creds::of(&caller);
         let write = wants_write(flags);
         let mut verity = inode.verity();
+        if write {
+            self.state(inode, &mut verity)?;
+        }
         let verity_file = self.verity_file(inode, &mut verity)?;
         if inode.is_retired() {
             return Err(Errno::from_i32(libc::ESTALE));
@@ -178,6 +181,7 @@ impl VerityFs {
     ) -> Result<FileHandle, Errno> {
         let mut verity = inode.verity();
         if wants_write(flags) {
+            self.state(inode, &mut verity)?;
             if self.verity_file(inode, &mut verity)?.is_some() {
                 return Err(Errno::EPERM);
             }
@@ -185,10 +189,22 @@ impl VerityFs {
                 return Err(Errno::ETXTBSY);
             }
         }
-        if flags.0 & libc::O_TRUNC != 0 {
-            self.with_creds(&creds, || file.set_len(0).map_err(Errno::from))?;
+        // Truncated once counted as a writer, and unlocked (see
+        // `VerityState`), through a second descriptor of the file.
+        let truncating = match flags.0 & libc::O_TRUNC {
+            0 => None,
+            _ => Some(file.try_clone().map_err(Errno::from)?),
+        };
+        let fh = self.plain_handle(inode, &mut verity, file, flags, creds.clone());
+        drop(verity);
+        let Some(file) = truncating else {
+            return Ok(fh);
+        };
+        if let Err(e) = self.with_creds(&creds, || file.set_len(0).map_err(Errno::from)) {
+            self.release_file(fh);
+            return Err(e);
         }
-        Ok(self.plain_handle(inode, &mut verity, file, flags, creds))
+        Ok(fh)
     }
 
     /// `release`: forgets the handle and its write access.
@@ -198,14 +214,19 @@ impl VerityFs {
                 write: true, inode, ..
             } = &*handle
             {
-                let mut verity = inode.verity();
-                verity.writers -= 1;
-                // The last writer of an inode retired at a switch: what it
-                // put in the kernel's cache can go now, and stays gone.
-                if verity.writers == 0 && inode.is_retired() {
-                    self.invalidator.invalidate(inode.clone(), &mut verity);
-                }
+                self.end_write(inode);
             }
+        }
+    }
+
+    /// Ends one writer's access to `inode` (a handle's, or a truncation's).
+    fn end_write(&self, inode: &Arc<Inode>) {
+        let mut verity = inode.verity();
+        verity.writers -= 1;
+        // The last writer of an inode retired at a switch: what it put in
+        // the kernel's cache can go now, and stays gone.
+        if verity.writers == 0 && inode.is_retired() {
+            self.invalidator.invalidate(inode.clone(), &mut verity);
         }
     }
 
@@ -307,22 +328,32 @@ impl VerityFs {
         size: u64,
     ) -> Result<(), Errno> {
         let mut verity = inode.verity();
+        self.state(inode, &mut verity)?;
         if self.verity_file(inode, &mut verity)?.is_some() {
             return Err(Errno::EPERM);
         }
         if verity.enabling {
             return Err(Errno::ETXTBSY);
         }
-        let handle = fh.map(|fh| self.handles.get(fh)).transpose()?;
-        self.as_caller(&caller, || {
-            match handle.as_deref() {
-                Some(Handle::Plain {
-                    file, write: true, ..
-                }) => file.set_len(size),
-                _ => self.open_backing(inode, OFlags::WRONLY)?.set_len(size),
-            }
-            .map_err(Errno::from)
-        })
+        // A writer while it runs, as the kernel's truncation takes write
+        // access to the inode: no enable starts meanwhile. Unlocked: see
+        // `VerityState`.
+        verity.writers += 1;
+        drop(verity);
+        let handle = fh.map(|fh| self.handles.get(fh)).transpose();
+        let result = handle.and_then(|handle| {
+            self.as_caller(&caller, || {
+                match handle.as_deref() {
+                    Some(Handle::Plain {
+                        file, write: true, ..
+                    }) => file.set_len(size),
+                    _ => self.open_backing(inode, OFlags::WRONLY)?.set_len(size),
+                }
+                .map_err(Errno::from)
+            })
+        });
+        self.end_write(inode);
+        result
     }
 }
 

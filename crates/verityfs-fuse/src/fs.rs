@@ -16,7 +16,7 @@ use crate::attr::to_file_attr;
 use crate::caller::Caller;
 use crate::creds::Creds;
 use crate::handles::HandleTable;
-use crate::inodes::{errno, CachedPages, Inode, InodeTable, VerityState};
+use crate::inodes::{errno, CachedPages, Inode, InodeTable, VerityGuard, VerityState};
 use crate::invalidate::Invalidator;
 use crate::policy::SignaturePolicy;
 
@@ -119,7 +119,7 @@ impl VerityFs {
         let size = match &verity.file {
             Some(file) => file.data_size(),
             // A damaged record is reported when the file is opened.
-            None => match self.state(inode, &verity) {
+            None => match self.state(inode, &mut verity) {
                 Ok(state @ FileState::Verity(_)) => {
                     // Made verity behind our back after the kernel saw it
                     // ordinary: its cached pages go now. Else it is opened
@@ -142,22 +142,46 @@ impl VerityFs {
                 }
             },
         };
+        // Switched meanwhile by another request (`state` may unlock): the
+        // verity file's size, the one the switch compared.
+        let size = verity.file.as_ref().map_or(size, |file| file.data_size());
         // Under the same lock as the switch, which compares it.
         verity.shown_size = Some(size);
         Ok(to_file_attr(inode.ino, st, size))
     }
 
+    /// The verity state of a regular file as its records say.
+    fn recorded_state(&self, inode: &Inode) -> Result<FileState, Errno> {
+        FileState::read_path(&inode.proc_path()).map_err(lib_errno)
+    }
+
     /// The verity state of a regular file as found, undoing an enable that
-    /// was killed (one not running in this daemon) on the way. The state
-    /// returned for an undone enable is still `Enabling`: its logical size
-    /// is the size the file has once undone, whatever the caller's earlier
-    /// `stat` said.
-    pub(crate) fn state(&self, inode: &Inode, verity: &VerityState) -> Result<FileState, Errno> {
-        let state = FileState::read_path(&inode.proc_path()).map_err(lib_errno)?;
+    /// was interrupted (a crash, or a kill of another daemon) on the way:
+    /// at lookups, and before anything changes the file's data (a writer's
+    /// open, a truncation, an enable). Reads need not (they stop at the
+    /// logical size), and must not (see below). The state returned for an
+    /// undone enable is still `Enabling`: its logical size is the size the
+    /// file has once undone, whatever the caller's earlier `stat` said.
+    ///
+    /// The undoing truncates the backing file, which waits for its inode's
+    /// lock: it runs unlocked (see `VerityState`), marked as an enable
+    /// running, so that writers and enables meanwhile get `ETXTBSY` and
+    /// `EBUSY` as during one, and no other request waits for it.
+    pub(crate) fn state(
+        &self,
+        inode: &Inode,
+        verity: &mut VerityGuard<'_>,
+    ) -> Result<FileState, Errno> {
+        let state = self.recorded_state(inode)?;
         if let FileState::Enabling(_) = state {
             if !verity.enabling && !self.options.read_only {
-                let file = self.open_backing(inode, OFlags::RDWR)?;
-                verityfs::recover(&file).map_err(lib_errno)?;
+                verity.enabling = true;
+                let undone = VerityGuard::unlocked(verity, || {
+                    let file = self.open_backing(inode, OFlags::RDWR)?;
+                    verityfs::recover(&file).map_err(lib_errno)
+                });
+                verity.enabling = false;
+                undone?;
             }
         }
         Ok(state)
@@ -176,7 +200,7 @@ impl VerityFs {
         if let Some(file) = &verity.file {
             return Ok(Some(file.clone()));
         }
-        if !self.state(inode, verity)?.is_verity() {
+        if !self.recorded_state(inode)?.is_verity() {
             return Ok(None);
         }
         self.become_verity(inode, verity).map(Some)

@@ -6,13 +6,19 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use fuser::{Errno, FileType, INodeNo};
 use rustix::fs::{FileType as RawType, Stat};
 use verityfs::VerityFile;
 
 /// The fs-verity state of a regular file, guarded by the inode's mutex.
+///
+/// Never held across a backing system call that can wait for the backing
+/// inode's own lock (`i_rwsem`: truncation, writes, extended attribute
+/// changes): a caller can hold that lock while its page fault on a mapping
+/// of the same file through the mount waits for a read, and reads take
+/// this mutex.
 #[derive(Default)]
 pub struct VerityState {
     /// Open handles with write access (the kernel's `i_writecount`).
@@ -41,6 +47,9 @@ pub struct VerityState {
     pub shown_size: Option<u64>,
 }
 
+/// The locked verity state of an inode.
+pub type VerityGuard<'a> = parking_lot::MutexGuard<'a, VerityState>;
+
 /// One backing object.
 pub struct Inode {
     /// Our inode number.
@@ -50,7 +59,7 @@ pub struct Inode {
     /// The object's type.
     pub kind: FileType,
     key: (u64, u64),
-    verity: Mutex<VerityState>,
+    verity: parking_lot::Mutex<VerityState>,
     /// No longer found by lookups (see [`InodeTable::retire`]).
     retired: AtomicBool,
     /// The retired inode of the same backing object this one succeeds,
@@ -78,10 +87,8 @@ impl Inode {
     }
 
     /// The verity state (regular files).
-    pub fn verity(&self) -> MutexGuard<'_, VerityState> {
-        self.verity
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    pub fn verity(&self) -> VerityGuard<'_> {
+        self.verity.lock()
     }
 
     /// Whether [`InodeTable::retire`] was called for this inode.
@@ -220,7 +227,7 @@ impl InodeTable {
             fd,
             kind: file_type(st),
             key,
-            verity: Mutex::default(),
+            verity: Default::default(),
             retired: AtomicBool::new(false),
             predecessor: tables.retired.get(&key).cloned(),
         });

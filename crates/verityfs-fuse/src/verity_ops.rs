@@ -103,6 +103,7 @@ impl VerityFs {
         TreeGeometry::new(&params, size)
             .check_kernel_limits()
             .map_err(lib_errno)?;
+        self.state(inode, &mut verity)?;
         if self.verity_file(inode, &mut verity)?.is_some() {
             return Err(Errno::EEXIST);
         }
