@@ -1024,3 +1024,74 @@ fn a_write_from_a_mapping_of_the_mount_cannot_stall_the_daemon() {
         assert_eq!(read.unwrap(), b"another file");
     }
 }
+
+/// Run by `nobody`: creates names through the mount (`O_CREAT`) while
+/// another thread makes a FIFO of the same name in the backing directory,
+/// often between the kernel's lookup and its create. Says how many
+/// creations failed, by error.
+const FIFO_PLANTER: &str = r#"
+import collections, os, sys, threading
+mounted, backing, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+errors = collections.Counter()
+for i in range(rounds):
+    name = f"f{i}"
+    def plant():
+        for _ in range(i % 200): pass
+        try: os.mkfifo(os.path.join(backing, name), 0o666)
+        except OSError: pass
+    planter = threading.Thread(target=plant)
+    planter.start()
+    try: os.close(os.open(os.path.join(mounted, name), os.O_RDONLY | os.O_CREAT | os.O_NONBLOCK, 0o644))
+    except OSError as e: errors[e.strerror] += 1
+    planter.join()
+    os.unlink(os.path.join(backing, name))
+print(dict(errors), flush=True)
+"#;
+
+/// A FIFO put where the kernel's lookup found nothing, before its create:
+/// the create fails (the kernel accepts only a regular file from it), and
+/// the daemon keeps no descriptor of it, else `nobody` could exhaust its
+/// descriptors and stop every creation and open through the mount.
+#[test]
+fn a_fifo_planted_before_a_create_costs_the_daemon_nothing() {
+    let m = Mount::with_args(&["-o", "allow_other"]);
+    let dir = m.backing("fifos");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, Permissions::from_mode(0o777)).unwrap();
+    let descriptors = || {
+        fs::read_dir(format!("/proc/{}/fd", m.daemon_pid()))
+            .unwrap()
+            .count()
+    };
+    let before = descriptors();
+    let out = python_as_nobody(
+        FIFO_PLANTER,
+        &[
+            m.path("fifos").to_str().unwrap(),
+            dir.to_str().unwrap(),
+            "2000",
+        ],
+    )
+    .wait_with_output()
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let errors = String::from_utf8_lossy(&out.stdout);
+    eprintln!("creations failed: {errors}");
+    assert_ne!(errors.trim(), "{}", "the FIFO never came first");
+    // The kernel forgets the FIFOs its lookups found: what stays is leaked.
+    drop_caches();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while descriptors() >= before + 10 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let after = descriptors();
+    assert!(
+        after < before + 10,
+        "the daemon had {before} descriptors, {after} after"
+    );
+    let enxio_only = errors.starts_with("{'No such device or address': ") && !errors.contains(',');
+    assert!(
+        enxio_only,
+        "creations failed otherwise than with ENXIO: {errors}"
+    );
+}

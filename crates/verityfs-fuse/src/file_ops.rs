@@ -5,7 +5,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use fuser::{Errno, FileAttr, FileHandle, FopenFlags, OpenFlags};
+use fuser::{Errno, FileAttr, FileHandle, FileType, FopenFlags, OpenFlags};
 use rustix::fs::{Mode, OFlags};
 use verityfs::{FileState, VerityFile};
 
@@ -161,6 +161,12 @@ impl VerityFs {
             rustix::fs::openat(&parent.fd, name, oflags, mode).map_err(errno)
         })?;
         let st = rustix::fs::fstat(&fd).map_err(errno)?;
+        // Something else put there since the lookup (a FIFO, a socket): the
+        // kernel takes only a regular file from `create`, and would refuse
+        // the reply without releasing what it names.
+        if crate::inodes::file_type(&st) != FileType::RegularFile {
+            return Err(Errno::from_i32(libc::ENXIO));
+        }
         let path_fd = rustix::io::fcntl_dupfd_cloexec(&fd, 0).map_err(errno)?;
         let inode = self.inodes.insert(path_fd, &st);
         let opened = self.open_created(&inode, fd.into(), OpenFlags(flags), creds);
