@@ -1095,3 +1095,47 @@ fn a_fifo_planted_before_a_create_costs_the_daemon_nothing() {
         "creations failed otherwise than with ENXIO: {errors}"
     );
 }
+
+/// Run by `nobody`: stats every file of a directory through the mount,
+/// then says how many stats failed.
+const STATTER: &str = r#"
+import os, sys
+names = os.listdir(sys.argv[1])
+failed = 0
+for name in names:
+    try: os.stat(os.path.join(sys.argv[1], name))
+    except OSError: failed += 1
+print(f"{failed} of {len(names)} failed", flush=True)
+"#;
+
+/// Each inode the kernel holds costs the daemon a descriptor, for as long
+/// as the kernel keeps it: `nobody` statting a few thousand files through
+/// the mount must not run a daemon started with the usual soft limit
+/// (1024) out of descriptors, which would fail everybody's lookups and
+/// creations until the kernel forgets.
+#[test]
+fn many_files_looked_up_cannot_exhaust_the_daemon_s_descriptors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (backing, wrapper) = (dir.path().join("backing"), dir.path().join("verityfs"));
+    fs::create_dir(&backing).unwrap();
+    fs::set_permissions(&backing, Permissions::from_mode(0o755)).unwrap();
+    let script = format!("#!/bin/sh\nulimit -Sn 1024\nexec {VERITYFS} \"$@\"\n");
+    fs::write(&wrapper, script).unwrap();
+    fs::set_permissions(&wrapper, Permissions::from_mode(0o755)).unwrap();
+    let m = Mount::over(&backing, &wrapper, MOUNT_TIMEOUT, &["-o", "allow_other"]);
+    fs::create_dir(m.backing("many")).unwrap();
+    for i in 0..3000 {
+        File::create(m.backing(&format!("many/{i}"))).unwrap();
+    }
+    let many = m.path("many");
+    let out = python_as_nobody(STATTER, &[many.to_str().unwrap()])
+        .wait_with_output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "0 of 3000 failed"
+    );
+    fs::write(m.path("created"), b"by root").unwrap();
+    assert_eq!(fs::read(m.path("created")).unwrap(), b"by root");
+}

@@ -17,6 +17,7 @@
 mod attr;
 mod caller;
 mod creds;
+mod descriptors;
 mod dir_ops;
 mod direct_mount;
 mod file_ops;

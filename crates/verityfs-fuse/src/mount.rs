@@ -369,6 +369,8 @@ fn serve<FS: Mountable>(
 ) -> io::Result<()> {
     // Modes from the kernel are already masked with the caller's umask.
     rustix::process::umask(rustix::fs::Mode::empty());
+    let descriptors = crate::descriptors::raise_limit();
+    tracing::debug!("open descriptors allowed: {descriptors:?} (none: no limit)");
     // Caught from before the mount exists: a signal sent as soon as the
     // mount shows must unmount it, not kill the daemon and leave the mount
     // without its server.
