@@ -634,6 +634,66 @@ fn enable_rejects_bad_arguments() {
     );
 }
 
+/// Gives `path` (mode 0666) an access ACL that denies `nobody` everything.
+fn deny_nobody(path: &Path) {
+    let entry = |tag: u16, perm: u16, id: u32| {
+        [
+            &tag.to_le_bytes()[..],
+            &perm.to_le_bytes(),
+            &id.to_le_bytes(),
+        ]
+        .concat()
+    };
+    let (rw, anyone) = (6, u32::MAX);
+    let acl = [
+        2u32.to_le_bytes().to_vec(), // the format's version
+        entry(0x01, rw, anyone),     // the owner
+        entry(0x02, 0, NOBODY),      // nobody
+        entry(0x04, rw, anyone),     // the group
+        entry(0x10, rw, anyone),     // the mask
+        entry(0x20, rw, anyone),     // others
+    ]
+    .concat();
+    let flags = rustix::fs::XattrFlags::empty();
+    rustix::fs::setxattr(path, "system.posix_acl_access", &acl, flags)
+        .expect("setting an ACL (the test directory's filesystem must support them)");
+}
+
+/// The errno `nobody` gets opening `path` with `flags`, 0 if it opens.
+fn nobody_opens(path: &Path, flags: i32) -> i32 {
+    let script = "import os, sys\n\
+                  try: os.open(sys.argv[1], int(sys.argv[2])); print(0)\n\
+                  except OSError as e: print(e.errno)\n";
+    let out = run_ok(
+        as_nobody("/usr/bin/python3")
+            .args(["-c", script])
+            .arg(path)
+            .arg(flags.to_string()),
+    );
+    out.trim().parse().unwrap()
+}
+
+/// A user whom an ACL denies, in the backing store, gets `EACCES` at open
+/// (the kernel, which sees only the mode bits, lets the open through),
+/// whatever the file: the kernel checks permission before fs-verity's
+/// rules (`EPERM` for writing a verity file).
+#[test]
+fn a_user_denied_by_an_acl_gets_eacces_before_verity_rules() {
+    let m = Mount::with_args(&["-o", "allow_other"]);
+    for name in ["plain", "verity"] {
+        write_file(&m, name, &random_bytes(5000, 5));
+    }
+    enable(&m.path("verity"), &[]);
+    for name in ["plain", "verity"] {
+        fs::set_permissions(m.backing(name), Permissions::from_mode(0o666)).unwrap();
+        deny_nobody(&m.backing(name));
+        for flags in [libc::O_RDONLY, libc::O_WRONLY, libc::O_RDWR] {
+            let errno = nobody_opens(&m.path(name), flags);
+            assert_eq!(errno, libc::EACCES, "{name} opened with flags {flags}");
+        }
+    }
+}
+
 #[test]
 fn enable_checks_permissions_and_file_types() {
     let m = Mount::with_args(&["-o", "allow_other"]);

@@ -477,17 +477,6 @@ while time.time() < deadline:
 print(n)
 "#;
 
-/// A command running `program` as `nobody`.
-fn as_nobody(program: &str) -> Command {
-    let mut command = Command::new("setpriv");
-    command
-        .arg(format!("--reuid={NOBODY}"))
-        .arg(format!("--regid={NOBODY}"))
-        .arg("--clear-groups")
-        .arg(program);
-    command
-}
-
 fn python_as_nobody(script: &str, args: &[&str]) -> std::process::Child {
     as_nobody("/usr/bin/python3")
         .args(["-c", script])

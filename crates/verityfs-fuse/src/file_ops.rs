@@ -59,6 +59,11 @@ impl VerityFs {
     ) -> Result<(FileHandle, FopenFlags), Errno> {
         let creds = Creds::of(&caller);
         let write = wants_write(flags);
+        // The caller's access first (ACLs and all), as the kernel checks
+        // permission before fs-verity's rules; a verity file is then read
+        // through the daemon's own descriptor.
+        let oflags = OFlags::from_bits_retain((flags.0 & !CREATE_ONLY & !NOT_FOR_BACKING) as u32);
+        let file = self.with_creds(&creds, || self.open_backing(inode, oflags))?;
         let mut verity = inode.verity();
         if write {
             self.state(inode, &mut verity)?;
@@ -67,21 +72,15 @@ impl VerityFs {
         if inode.is_retired() {
             return Err(Errno::from_i32(libc::ESTALE));
         }
-        if let Some(file) = verity_file {
+        if let Some(verity_file) = verity_file {
             if write {
                 return Err(Errno::EPERM);
             }
-            // The daemon reads verity files with its own descriptor: the
-            // caller must still be one who may open the backing file
-            // (ACLs and all), as when reading it directly.
-            self.with_creds(&creds, || self.open_backing(inode, OFlags::RDONLY))?;
-            return Ok(self.verity_handle(inode, &mut verity, file));
+            return Ok(self.verity_handle(inode, &mut verity, verity_file));
         }
         if write && verity.enabling {
             return Err(Errno::ETXTBSY);
         }
-        let oflags = OFlags::from_bits_retain((flags.0 & !CREATE_ONLY & !NOT_FOR_BACKING) as u32);
-        let file = self.with_creds(&creds, || self.open_backing(inode, oflags))?;
         let fh = self.plain_handle(inode, &mut verity, file, flags, creds);
         Ok((
             fh,
