@@ -1128,3 +1128,126 @@ fn many_files_looked_up_cannot_exhaust_the_daemon_s_descriptors() {
     fs::write(m.path("created"), b"by root").unwrap();
     assert_eq!(fs::read(m.path("created")).unwrap(), b"by root");
 }
+
+/// Run as root (`/dev/fuse` is root's here; most systems let any user run
+/// a FUSE filesystem): writes to each backing file given from a buffer
+/// mapped from the file of another mount, 2 MiB apart (a read each), once
+/// told to ("go": it says "started"), then says "done" once the writes
+/// end. While that mount's daemon is stopped, each write holds its backing
+/// file's inode lock.
+const LOCK_HOLDER: &str = r#"
+import mmap, os, sys, threading
+fd = os.open(sys.argv[1], os.O_RDONLY)
+view = memoryview(mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ))
+def hold(i, target):
+    out = os.open(target, os.O_WRONLY)
+    os.pwrite(out, view[i << 21:(i << 21) + 4096], 0)
+writers = [threading.Thread(target=hold, args=(i, t)) for i, t in enumerate(sys.argv[2:])]
+print("ready", flush=True)
+sys.stdin.readline()
+for writer in writers: writer.start()
+print("started", flush=True)
+for writer in writers: writer.join()
+print("done", flush=True)
+"#;
+
+/// The kernel's FUSE connections (`fusectl`), mounted for a test.
+struct Connections(tempfile::TempDir);
+
+impl Connections {
+    fn mount() -> Connections {
+        let dir = tempfile::tempdir().unwrap();
+        run_ok(
+            Command::new("mount")
+                .args(["-t", "fusectl", "fusectl"])
+                .arg(dir.path()),
+        );
+        Connections(dir)
+    }
+
+    /// Waits until the connection `dev` (a mount's device number) has at
+    /// least `n` requests waiting for their answers.
+    fn wait_for_waiting(&self, dev: u64, n: usize) {
+        let path = self.0.path().join(dev.to_string()).join("waiting");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let waiting: usize = fs::read_to_string(&path).unwrap().trim().parse().unwrap();
+            if waiting >= n {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{waiting} requests waiting, not {n}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Connections {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.0.path()).status();
+    }
+}
+
+/// A process stopped with SIGSTOP, continued when dropped.
+struct Stopped(rustix::process::Pid);
+
+impl Stopped {
+    fn new(pid: rustix::process::Pid) -> Stopped {
+        rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = rustix::process::kill_process(self.0, rustix::process::Signal::CONT);
+    }
+}
+
+/// Requests that wait in the backing store for as long as someone else
+/// decides (here truncations of files whose inode locks are held by writes
+/// faulting on a mapping of a stopped FUSE filesystem) hold at most all but
+/// one of fuser's threads: the mount goes on serving other requests.
+#[test]
+fn requests_stuck_in_the_backing_store_leave_the_mount_serving() {
+    const HELD: usize = 8;
+    let (a, b) = (Mount::new(), Mount::new());
+    fs::write(b.backing("source"), random_bytes(HELD << 21, 9)).unwrap();
+    let held: Vec<String> = (0..HELD).map(|i| format!("held{i}")).collect();
+    for name in &held {
+        fs::write(a.path(name), b"x").unwrap();
+    }
+    fs::write(a.path("other"), b"another file").unwrap();
+    let devices = [&a, &b].map(|m| fs::metadata(&m.mnt).unwrap().dev());
+    let connections = Connections::mount();
+    let mut args = vec![b.path("source").into_os_string()];
+    args.extend(held.iter().map(|name| a.backing(name).into_os_string()));
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let mut holder = Program::start(LOCK_HOLDER, &args);
+    let stopped = Stopped::new(b.daemon_pid());
+    assert_eq!(holder.send("go").as_deref(), Some("started"));
+    connections.wait_for_waiting(devices[1], HELD);
+    let truncations: Vec<_> = held
+        .iter()
+        .map(|name| {
+            let path = a.path(name);
+            std::thread::spawn(move || OpenOptions::new().write(true).open(path)?.set_len(0))
+        })
+        .collect();
+    connections.wait_for_waiting(devices[0], HELD);
+    let other = a.path("other");
+    let read = with_watchdog(
+        "a read with truncations stuck",
+        Duration::from_secs(10),
+        move || fs::read(other),
+    );
+    assert_eq!(read.unwrap(), b"another file");
+    drop(stopped);
+    assert_eq!(holder.answer().as_deref(), Some("done"));
+    assert!(holder.status().success());
+    for truncation in truncations {
+        truncation.join().unwrap().unwrap();
+    }
+}

@@ -29,6 +29,7 @@ use crate::file_ops::{read_verified, verified_read_error};
 use crate::fs::VerityFs;
 use crate::image_fs::{ImageFs, Opening, IMAGE_TTL};
 use crate::readers::Job;
+use crate::spare::Spare;
 
 thread_local! {
     /// Each worker thread's read buffer, reused for every request.
@@ -132,22 +133,20 @@ impl VerityFs {
 
     fn ioctl_op(
         &self,
-        req: &Request,
+        caller: Caller,
         fh: FileHandle,
         cmd: u32,
         input: &[u8],
     ) -> Result<Vec<u8>, Errno> {
         match cmd {
-            FS_IOC_ENABLE_VERITY => self.enable(caller(req), fh, input).map(|()| Vec::new()),
+            FS_IOC_ENABLE_VERITY => self.enable(caller, fh, input).map(|()| Vec::new()),
             FS_IOC_MEASURE_VERITY => self.measure(fh, input),
             FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => Ok(encode_flags(self.get_flags(fh)?).to_vec()),
             FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
-                self.set_flags(caller(req), fh, input).map(|()| Vec::new())
+                self.set_flags(caller, fh, input).map(|()| Vec::new())
             }
             FS_IOC_FSGETXATTR => self.get_fsxattr(fh),
-            FS_IOC_FSSETXATTR => self
-                .set_fsxattr(caller(req), fh, input)
-                .map(|()| Vec::new()),
+            FS_IOC_FSSETXATTR => self.set_fsxattr(caller, fh, input).map(|()| Vec::new()),
             // The kernel forwards it but gives us no way to write the
             // caller's buffer.
             FS_IOC_READ_VERITY_METADATA => Err(Errno::ENOTTY),
@@ -165,7 +164,55 @@ macro_rules! reply_with {
     };
 }
 
-impl Filesystem for VerityFs {
+/// A directory mount as fuser serves it: the filesystem, shared with the
+/// workers requests are handed to when fuser's threads are all but one
+/// busy (see `spare`).
+pub(crate) struct Served {
+    fs: Arc<VerityFs>,
+    spare: Spare,
+}
+
+impl Served {
+    pub(crate) fn new(fs: VerityFs) -> Self {
+        let spare = Spare::new(fs.options.threads);
+        Served {
+            fs: Arc::new(fs),
+            spare,
+        }
+    }
+}
+
+impl std::ops::Deref for Served {
+    type Target = VerityFs;
+
+    fn deref(&self) -> &VerityFs {
+        &self.fs
+    }
+}
+
+/// Serves a request of user `$uid` with `$fs` (the filesystem) and `$buf`
+/// (a buffer for reads) running `$body`: on this fuser thread, or handed
+/// to a worker (see `spare`) with its borrowed arguments `$arg` copied
+/// (the body takes them as `&arg` either way).
+macro_rules! serve {
+    ($self:ident, $uid:expr, [$($arg:ident),*], |$fs:ident, $buf:ident| $body:block) => {{
+        if let Some(_serving) = $self.spare.serve_here() {
+            let $fs: &VerityFs = &$self.fs;
+            // Here `&arg` borrows a borrow.
+            #[allow(clippy::needless_borrow)]
+            let () = READ_BUFFER.with_borrow_mut(|$buf| $body);
+        } else {
+            $(let $arg = $arg.to_owned();)*
+            let fs = $self.fs.clone();
+            $self.spare.hand_over($uid, move |$buf| {
+                let $fs: &VerityFs = &fs;
+                $body
+            });
+        }
+    }};
+}
+
+impl Filesystem for Served {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         // Large requests: fewer round trips per byte and larger verified
         // batches. The kernel clamps both to what it allows.
@@ -182,22 +229,26 @@ impl Filesystem for VerityFs {
         self.mount.release();
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let result = self.inode(parent).and_then(|p| self.lookup_child(&p, name));
-        reply_with!(reply, result, |(_, attr)| reply.entry(
-            &TTL,
-            &attr,
-            Generation(0)
-        ));
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        serve!(self, req.uid(), [name], |fs, _buf| {
+            let result = fs.inode(parent).and_then(|p| fs.lookup_child(&p, &name));
+            reply_with!(reply, result, |(_, attr)| reply.entry(
+                &TTL,
+                &attr,
+                Generation(0)
+            ));
+        })
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         self.inodes.forget(ino, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let result = self.inode(ino).and_then(|i| self.attr(&i));
-        reply_with!(reply, result, |attr| reply.attr(&TTL, &attr));
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        serve!(self, req.uid(), [], |fs, _buf| {
+            let result = fs.inode(ino).and_then(|i| fs.attr(&i));
+            reply_with!(reply, result, |attr| reply.attr(&TTL, &attr));
+        })
     }
 
     fn setattr(
@@ -223,13 +274,18 @@ impl Filesystem for VerityFs {
             owner: (uid, gid),
             times: (atime, mtime),
         };
-        let result = self.set_attr(caller(req), ino, size, fh, change);
-        reply_with!(reply, result, |attr| reply.attr(&TTL, &attr));
+        let caller = caller(req);
+        serve!(self, caller.uid, [], |fs, _buf| {
+            let result = fs.set_attr(caller, ino, size, fh, change);
+            reply_with!(reply, result, |attr| reply.attr(&TTL, &attr));
+        })
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let result = self.inode(ino).and_then(|i| self.read_link(&i));
-        reply_with!(reply, result, |target| reply.data(&target));
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        serve!(self, req.uid(), [], |fs, _buf| {
+            let result = fs.inode(ino).and_then(|i| fs.read_link(&i));
+            reply_with!(reply, result, |target| reply.data(&target));
+        })
     }
 
     fn mknod(
@@ -242,14 +298,17 @@ impl Filesystem for VerityFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let result = self
-            .inode(parent)
-            .and_then(|p| self.make_node(caller(req), &p, name, mode, rdev));
-        reply_with!(reply, result, |attr| reply.entry(
-            &TTL,
-            &attr,
-            Generation(0)
-        ));
+        let caller = caller(req);
+        serve!(self, caller.uid, [name], |fs, _buf| {
+            let result = fs
+                .inode(parent)
+                .and_then(|p| fs.make_node(caller, &p, &name, mode, rdev));
+            reply_with!(reply, result, |attr| reply.entry(
+                &TTL,
+                &attr,
+                Generation(0)
+            ));
+        })
     }
 
     fn mkdir(
@@ -261,28 +320,37 @@ impl Filesystem for VerityFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let result = self
-            .inode(parent)
-            .and_then(|p| self.make_dir(caller(req), &p, name, mode));
-        reply_with!(reply, result, |attr| reply.entry(
-            &TTL,
-            &attr,
-            Generation(0)
-        ));
+        let caller = caller(req);
+        serve!(self, caller.uid, [name], |fs, _buf| {
+            let result = fs
+                .inode(parent)
+                .and_then(|p| fs.make_dir(caller, &p, &name, mode));
+            reply_with!(reply, result, |attr| reply.entry(
+                &TTL,
+                &attr,
+                Generation(0)
+            ));
+        })
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = self
-            .inode(parent)
-            .and_then(|p| self.remove(caller(req), &p, name, false));
-        reply_with!(reply, result, |()| reply.ok());
+        let caller = caller(req);
+        serve!(self, caller.uid, [name], |fs, _buf| {
+            let result = fs
+                .inode(parent)
+                .and_then(|p| fs.remove(caller, &p, &name, false));
+            reply_with!(reply, result, |()| reply.ok());
+        })
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = self
-            .inode(parent)
-            .and_then(|p| self.remove(caller(req), &p, name, true));
-        reply_with!(reply, result, |()| reply.ok());
+        let caller = caller(req);
+        serve!(self, caller.uid, [name], |fs, _buf| {
+            let result = fs
+                .inode(parent)
+                .and_then(|p| fs.remove(caller, &p, &name, true));
+            reply_with!(reply, result, |()| reply.ok());
+        })
     }
 
     fn symlink(
@@ -293,14 +361,17 @@ impl Filesystem for VerityFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let result = self
-            .inode(parent)
-            .and_then(|p| self.make_symlink(caller(req), &p, link_name, target));
-        reply_with!(reply, result, |attr| reply.entry(
-            &TTL,
-            &attr,
-            Generation(0)
-        ));
+        let caller = caller(req);
+        serve!(self, caller.uid, [link_name, target], |fs, _buf| {
+            let result = fs
+                .inode(parent)
+                .and_then(|p| fs.make_symlink(caller, &p, &link_name, &target));
+            reply_with!(reply, result, |attr| reply.entry(
+                &TTL,
+                &attr,
+                Generation(0)
+            ));
+        })
     }
 
     fn rename(
@@ -313,11 +384,14 @@ impl Filesystem for VerityFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let result = self
-            .inode(parent)
-            .and_then(|p| Ok((p, self.inode(newparent)?)))
-            .and_then(|(p, np)| self.rename(caller(req), &p, name, &np, newname, flags));
-        reply_with!(reply, result, |()| reply.ok());
+        let caller = caller(req);
+        serve!(self, caller.uid, [name, newname], |fs, _buf| {
+            let result = fs
+                .inode(parent)
+                .and_then(|p| Ok((p, fs.inode(newparent)?)))
+                .and_then(|(p, np)| fs.rename(caller, &p, &name, &np, &newname, flags));
+            reply_with!(reply, result, |()| reply.ok());
+        })
     }
 
     fn link(
@@ -328,27 +402,31 @@ impl Filesystem for VerityFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let result = self
-            .inode(ino)
-            .and_then(|i| Ok((i, self.inode(newparent)?)))
-            .and_then(|(i, np)| self.make_link(caller(req), &i, &np, newname));
-        reply_with!(reply, result, |attr| reply.entry(
-            &TTL,
-            &attr,
-            Generation(0)
-        ));
+        let caller = caller(req);
+        serve!(self, caller.uid, [newname], |fs, _buf| {
+            let result = fs
+                .inode(ino)
+                .and_then(|i| Ok((i, fs.inode(newparent)?)))
+                .and_then(|(i, np)| fs.make_link(caller, &i, &np, &newname));
+            reply_with!(reply, result, |attr| reply.entry(
+                &TTL,
+                &attr,
+                Generation(0)
+            ));
+        })
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let result = self
-            .inode(ino)
-            .and_then(|i| self.open_file(caller(req), &i, flags));
-        reply_with!(reply, result, |(fh, fopen)| reply.opened(fh, fopen));
+        let caller = caller(req);
+        serve!(self, caller.uid, [], |fs, _buf| {
+            let result = fs.inode(ino).and_then(|i| fs.open_file(caller, &i, flags));
+            reply_with!(reply, result, |(fh, fopen)| reply.opened(fh, fopen));
+        })
     }
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -357,15 +435,15 @@ impl Filesystem for VerityFs {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        READ_BUFFER.with_borrow_mut(|buf| {
-            reply_with!(reply, self.read_file(fh, offset, size, buf), |n| reply
+        serve!(self, req.uid(), [], |fs, buf| {
+            reply_with!(reply, fs.read_file(fh, offset, size, buf), |n| reply
                 .data(&buf[..n]))
-        });
+        })
     }
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -375,9 +453,11 @@ impl Filesystem for VerityFs {
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        reply_with!(reply, self.write_file(fh, offset, data), |n| {
-            reply.written(n)
-        });
+        serve!(self, req.uid(), [data], |fs, _buf| {
+            reply_with!(reply, fs.write_file(fh, offset, &data), |n| {
+                reply.written(n)
+            });
+        })
     }
 
     fn flush(
@@ -407,32 +487,39 @@ impl Filesystem for VerityFs {
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_with!(reply, self.fsync_file(fh, datasync), |()| reply.ok());
+        serve!(self, req.uid(), [], |fs, _buf| {
+            reply_with!(reply, fs.fsync_file(fh, datasync), |()| reply.ok());
+        })
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let result = self.inode(ino).and_then(|i| self.open_dir(caller(req), &i));
-        reply_with!(reply, result, |fh| reply.opened(fh, FopenFlags::empty()));
+        let caller = caller(req);
+        serve!(self, caller.uid, [], |fs, _buf| {
+            let result = fs.inode(ino).and_then(|i| fs.open_dir(caller, &i));
+            reply_with!(reply, result, |fh| reply.opened(fh, FopenFlags::empty()));
+        })
     }
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let result = self.read_dir(fh, offset, |ino, next, kind, name| {
-            reply.add(INodeNo(ino), next, kind, name)
-        });
-        reply_with!(reply, result, |()| reply.ok());
+        serve!(self, req.uid(), [], |fs, _buf| {
+            let result = fs.read_dir(fh, offset, |ino, next, kind, name| {
+                reply.add(INodeNo(ino), next, kind, name)
+            });
+            reply_with!(reply, result, |()| reply.ok());
+        })
     }
 
     fn releasedir(
@@ -449,27 +536,31 @@ impl Filesystem for VerityFs {
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let result = self.inode(ino).and_then(|i| self.sync_dir(&i, datasync));
-        reply_with!(reply, result, |()| reply.ok());
+        serve!(self, req.uid(), [], |fs, _buf| {
+            let result = fs.inode(ino).and_then(|i| fs.sync_dir(&i, datasync));
+            reply_with!(reply, result, |()| reply.ok());
+        })
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        reply_with!(reply, self.stat_fs(), |s| reply.statfs(
-            s.f_blocks,
-            s.f_bfree,
-            s.f_bavail,
-            s.f_files,
-            s.f_ffree,
-            s.f_bsize as u32,
-            s.f_namemax as u32,
-            s.f_frsize as u32,
-        ));
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        serve!(self, req.uid(), [], |fs, _buf| {
+            reply_with!(reply, fs.stat_fs(), |s| reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                s.f_namemax as u32,
+                s.f_frsize as u32,
+            ));
+        })
     }
 
     fn setxattr(
@@ -482,31 +573,41 @@ impl Filesystem for VerityFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let result = self
-            .inode(ino)
-            .and_then(|i| self.set_xattr(caller(req), &i, name, value, flags));
-        reply_with!(reply, result, |()| reply.ok());
+        let caller = caller(req);
+        serve!(self, caller.uid, [name, value], |fs, _buf| {
+            let result = fs
+                .inode(ino)
+                .and_then(|i| fs.set_xattr(caller, &i, &name, &value, flags));
+            reply_with!(reply, result, |()| reply.ok());
+        })
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let result = self
-            .inode(ino)
-            .and_then(|i| self.get_xattr(caller(req), &i, name, size));
-        reply_with!(reply, result, |value| xattr_reply(reply, size, &value));
+        let caller = caller(req);
+        serve!(self, caller.uid, [name], |fs, _buf| {
+            let result = fs
+                .inode(ino)
+                .and_then(|i| fs.get_xattr(caller, &i, &name, size));
+            reply_with!(reply, result, |value| xattr_reply(reply, size, &value));
+        })
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let result = self
-            .inode(ino)
-            .and_then(|i| self.list_xattr(caller(req), &i));
-        reply_with!(reply, result, |names| xattr_reply(reply, size, &names));
+        let caller = caller(req);
+        serve!(self, caller.uid, [], |fs, _buf| {
+            let result = fs.inode(ino).and_then(|i| fs.list_xattr(caller, &i));
+            reply_with!(reply, result, |names| xattr_reply(reply, size, &names));
+        })
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = self
-            .inode(ino)
-            .and_then(|i| self.remove_xattr(caller(req), &i, name));
-        reply_with!(reply, result, |()| reply.ok());
+        let caller = caller(req);
+        serve!(self, caller.uid, [name], |fs, _buf| {
+            let result = fs
+                .inode(ino)
+                .and_then(|i| fs.remove_xattr(caller, &i, &name));
+            reply_with!(reply, result, |()| reply.ok());
+        })
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
@@ -524,21 +625,24 @@ impl Filesystem for VerityFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let result = self
-            .inode(parent)
-            .and_then(|p| self.create_file(caller(req), &p, name, mode, umask, flags));
-        reply_with!(reply, result, |(attr, fh)| reply.created(
-            &TTL,
-            &attr,
-            Generation(0),
-            fh,
-            FopenFlags::empty()
-        ));
+        let caller = caller(req);
+        serve!(self, caller.uid, [name], |fs, _buf| {
+            let result = fs
+                .inode(parent)
+                .and_then(|p| fs.create_file(caller, &p, &name, mode, umask, flags));
+            reply_with!(reply, result, |(attr, fh)| reply.created(
+                &TTL,
+                &attr,
+                Generation(0),
+                fh,
+                FopenFlags::empty()
+            ));
+        })
     }
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -546,21 +650,25 @@ impl Filesystem for VerityFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        reply_with!(reply, self.allocate(fh, offset, length, mode), |()| reply
-            .ok());
+        serve!(self, req.uid(), [], |fs, _buf| {
+            reply_with!(reply, fs.allocate(fh, offset, length, mode), |()| reply
+                .ok());
+        })
     }
 
     fn lseek(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
-        reply_with!(reply, self.seek_data(fh, offset, whence), |at| reply
-            .offset(at));
+        serve!(self, req.uid(), [], |fs, _buf| {
+            reply_with!(reply, fs.seek_data(fh, offset, whence), |at| reply
+                .offset(at));
+        })
     }
 
     fn ioctl(
@@ -574,12 +682,15 @@ impl Filesystem for VerityFs {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let result = self.ioctl_op(req, fh, cmd, in_data);
-        // A measure, or the flags, say what the file holds: not while a
-        // mapping may still show what it held before.
-        self.reply_when_verified(fh, result, move |result| {
-            reply_with!(reply, result, |out| reply.ioctl(0, &out))
-        });
+        let caller = caller(req);
+        serve!(self, caller.uid, [in_data], |fs, _buf| {
+            let result = fs.ioctl_op(caller, fh, cmd, &in_data);
+            // A measure, or the flags, say what the file holds: not while a
+            // mapping may still show what it held before.
+            fs.reply_when_verified(fh, result, move |result| {
+                reply_with!(reply, result, |out| reply.ioctl(0, &out))
+            });
+        })
     }
 }
 

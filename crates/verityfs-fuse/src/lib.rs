@@ -39,6 +39,7 @@ mod placement;
 mod policy;
 mod readers;
 mod space_ops;
+mod spare;
 mod verity_ops;
 mod xattr_ops;
 

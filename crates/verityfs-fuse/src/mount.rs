@@ -14,6 +14,7 @@ use rustix::mount::{unmount, UnmountFlags};
 use verityfs::safe_dir::{open_dir, open_dir_following, OpenedDir};
 
 use crate::direct_mount;
+use crate::filesystem::Served;
 use crate::fs::{MountOptions, VerityFs};
 use crate::image_fs::ImageFs;
 use crate::invalidate::Invalidator;
@@ -101,7 +102,7 @@ pub(crate) trait Mountable: Filesystem {
     fn invalidator(&self) -> Option<Arc<Invalidator>>;
 }
 
-impl Mountable for VerityFs {
+impl Mountable for Served {
     fn mount_state(&self) -> Arc<MountState> {
         self.mount.clone()
     }
@@ -334,7 +335,7 @@ pub fn run(
     // Messages about the backing directory name it as the user did.
     let fs = VerityFs::new(backing_dir.into_fd(), backing, options.clone())?;
     let fsname = path.display().to_string();
-    serve(fs, &fsname, &target, &options, &[], mounted)
+    serve(Served::new(fs), &fsname, &target, &options, &[], mounted)
 }
 
 /// Mounts the image `fs`, named `name` (its location as given), read-only
@@ -568,7 +569,7 @@ impl BackgroundMount {
         let (path, target) = prepare(&backing_dir, &dir)?;
         let fs = VerityFs::new(backing_dir.into_fd(), backing, options.clone())?;
         let fsname = path.display().to_string();
-        let (session, ours) = new_session(fs, &fsname, &target, &options, &[])?;
+        let (session, ours) = new_session(Served::new(fs), &fsname, &target, &options, &[])?;
         Ok(BackgroundMount {
             session: Some(session.spawn()?),
             ours,

@@ -1,5 +1,7 @@
 //! The threads that serve an image's reads, and the first opens of its
-//! files, apart from the threads fuser reads requests with.
+//! files, apart from the threads fuser reads requests with. A directory
+//! mount hands them its requests too while fuser's threads are all but one
+//! busy (see `spare`); there a "file" below is a user.
 //!
 //! A read of a remote image, or a file's first open (which fetches its
 //! object's tree), may wait for the network until its deadline
@@ -19,7 +21,8 @@
 //! - at most [`MAX_WAITING`] reads wait for a worker (a few dozen bytes
 //!   each); beyond that the thread handing one over waits for room. Only
 //!   thousands of reads at once get there, each a user's thread blocked
-//!   in the kernel.
+//!   in the kernel; at most [`MAX_PARKED`] of them for one file (see
+//!   below), further ones fail at once.
 //!
 //! Fairness: reads are taken in arrival order, but at most [`PER_FILE`]
 //! workers serve one file at a time; its further reads wait, in order,
@@ -42,6 +45,10 @@ const MAX_WORKERS: usize = 128;
 const PER_FILE: usize = MAX_WORKERS / 2;
 /// The most reads waiting for a worker.
 const MAX_WAITING: usize = 4096;
+/// The most reads of one file waiting for one of its workers: beyond, a
+/// read fails at once (`EIO`), so that one stalled file never fills the
+/// room every file waits in.
+const MAX_PARKED: usize = MAX_WAITING / 4;
 /// How long a worker waits for a read before it ends (and frees its
 /// buffer).
 const IDLE: Duration = Duration::from_secs(30);
@@ -119,6 +126,13 @@ impl<J: Job> Readers<J> {
         }
         state.waiting += 1;
         if let Some(busy) = state.files.get_mut(&file).filter(|f| f.running == PER_FILE) {
+            if busy.parked.len() >= MAX_PARKED {
+                state.waiting -= 1;
+                drop(state);
+                // Outside the lock: dropping a FUSE reply sends it.
+                drop(job);
+                return Ok(());
+            }
             // It waits for one of its file's workers: no other is woken.
             busy.parked.push_back(job);
             return Ok(());
@@ -367,12 +381,35 @@ mod tests {
         assert!(start.elapsed() < LONG, "stopping waited for running reads");
         stuck.open();
         // The running reads end; those waiting were dropped unserved.
+        assert_eq!(served(finished), PER_FILE);
+    }
+
+    /// How many reads are served before all are served or dropped.
+    fn served(finished: mpsc::Receiver<usize>) -> usize {
         let served = std::iter::from_fn(|| match finished.recv_timeout(LONG) {
             Ok(number) => Some(number),
             Err(RecvTimeoutError::Disconnected) => None,
             Err(RecvTimeoutError::Timeout) => panic!("a read neither served nor dropped"),
         });
-        assert_eq!(served.count(), PER_FILE);
+        served.count()
+    }
+
+    /// At most [`MAX_PARKED`] reads wait for a stuck file's workers; the
+    /// next ones fail at once (dropped unserved).
+    #[test]
+    fn a_stuck_file_keeps_a_bounded_number_of_reads_waiting() {
+        let readers = Readers::new();
+        let stuck = Gate::default();
+        let (done, finished) = mpsc::channel();
+        submit(&readers, 1, &stuck, &done, 0..PER_FILE);
+        wait_until(&readers, file_1(PER_FILE, 0));
+        let accepted = PER_FILE + MAX_PARKED;
+        submit(&readers, 1, &stuck, &done, PER_FILE..accepted + 10);
+        drop(done);
+        wait_until(&readers, file_1(PER_FILE, MAX_PARKED));
+        assert_eq!(readers.shared.lock().waiting, MAX_PARKED);
+        stuck.open();
+        assert_eq!(served(finished), accepted);
     }
 
     /// A file's count of workers is kept right through panics: as many
