@@ -146,7 +146,7 @@ impl VerityFs {
         // verity file's size, the one the switch compared.
         let size = verity.file.as_ref().map_or(size, |file| file.data_size());
         // Under the same lock as the switch, which compares it.
-        verity.shown_size = Some(size);
+        verity.shown_size.show(size);
         Ok(to_file_attr(inode.ino, st, size))
     }
 
@@ -235,7 +235,7 @@ impl VerityFs {
         // A size shown before (an ordinary file's, or from a location
         // record changed since) would cut reads short, of a file whose
         // measure is the whole one's: it is dropped before any reply.
-        if verity.shown_size.is_some_and(|s| s != file.data_size()) {
+        if verity.shown_size.other_than(file.data_size()) {
             self.invalidator.invalidate_attributes(inode.ino);
         }
         if verity.shown_plain {

@@ -41,10 +41,37 @@ pub struct VerityState {
     /// found to be verity before either, as most are at their first
     /// lookup, has nothing in the kernel to drop.
     pub shown_plain: bool,
-    /// The size the kernel was last given for the file. It keeps it for
-    /// the attribute timeout and reads no further: a file switched to
-    /// verity with another size has it dropped at the switch.
-    pub shown_size: Option<u64>,
+    /// The sizes the kernel was given for the file. It keeps one for the
+    /// attribute timeout and reads no further: a file switched to verity
+    /// with another size has it dropped at the switch.
+    pub shown_size: ShownSize,
+}
+
+/// The sizes the kernel was given for a file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShownSize {
+    #[default]
+    None,
+    One(u64),
+    /// Several: of replies that cross, the kernel keeps the one it took
+    /// first, not necessarily the last sent.
+    Several,
+}
+
+impl ShownSize {
+    /// Records a size given.
+    pub fn show(&mut self, size: u64) {
+        *self = match *self {
+            ShownSize::None => ShownSize::One(size),
+            ShownSize::One(shown) if shown == size => ShownSize::One(size),
+            _ => ShownSize::Several,
+        };
+    }
+
+    /// Whether the kernel may hold a size other than `size`.
+    pub fn other_than(self, size: u64) -> bool {
+        !matches!(self, ShownSize::None) && self != ShownSize::One(size)
+    }
 }
 
 /// The locked verity state of an inode.
@@ -304,4 +331,21 @@ pub fn file_type(st: &Stat) -> FileType {
 /// A rustix error as a FUSE errno.
 pub fn errno(e: rustix::io::Errno) -> Errno {
     Errno::from_i32(e.raw_os_error())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ShownSize;
+
+    #[test]
+    fn a_size_shown_once_among_others_is_never_forgotten() {
+        let mut shown = ShownSize::default();
+        assert!(!shown.other_than(5));
+        shown.show(5);
+        assert!(!shown.other_than(5));
+        assert!(shown.other_than(6));
+        shown.show(17);
+        shown.show(5);
+        assert!(shown.other_than(5), "the kernel may have kept 17");
+    }
 }
