@@ -126,7 +126,7 @@ impl Args for MountArgs {
         Opt::<Self>::value(
             "threads",
             "N",
-            "Threads serving FUSE requests, 1 to 64 (default 4)",
+            "Threads reading FUSE requests, 1 to 64 (default 4); while all but one are busy, the last hands requests to extra workers",
             |a, v| match v.to_string_lossy().parse::<usize>() {
                 Ok(n @ 1..=64) => {
                     a.options.threads = n;
