@@ -47,8 +47,9 @@ const PER_FILE: usize = MAX_WORKERS / 2;
 const MAX_WAITING: usize = 4096;
 /// The most reads of one file waiting for one of its workers: beyond, a
 /// read fails at once (`EIO`), so that one stalled file never fills the
-/// room every file waits in.
-const MAX_PARKED: usize = MAX_WAITING / 4;
+/// room every file waits in, nor memory with what its requests carry (a
+/// directory mount's writes hand over their data, up to 1 MiB each).
+const MAX_PARKED: usize = PER_FILE;
 /// How long a worker waits for a read before it ends (and frees its
 /// buffer).
 const IDLE: Duration = Duration::from_secs(30);
