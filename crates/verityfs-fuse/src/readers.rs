@@ -78,9 +78,21 @@ struct Shared<J> {
 /// The reads of one file being served, and those waiting for them.
 struct FileReads<J> {
     running: usize,
+    /// Reads of the file in the queue.
+    queued: usize,
     /// Reads arrived while [`PER_FILE`] were running; never empty unless
     /// fewer are.
     parked: VecDeque<J>,
+}
+
+impl<J> FileReads<J> {
+    fn new() -> Self {
+        FileReads {
+            running: 0,
+            queued: 0,
+            parked: VecDeque::new(),
+        }
+    }
 }
 
 struct State<J> {
@@ -125,25 +137,28 @@ impl<J: Job> Readers<J> {
         if state.stopped {
             return Err(job);
         }
-        state.waiting += 1;
-        if let Some(busy) = state.files.get_mut(&file).filter(|f| f.running == PER_FILE) {
-            if busy.parked.len() >= MAX_PARKED {
-                state.waiting -= 1;
-                drop(state);
-                // Outside the lock: dropping a FUSE reply sends it.
-                drop(job);
-                return Ok(());
-            }
-            // It waits for one of its file's workers: no other is woken.
-            busy.parked.push_back(job);
+        let reads = state.files.entry(file).or_insert_with(FileReads::new);
+        if reads.running + reads.queued + reads.parked.len() >= PER_FILE + MAX_PARKED {
+            drop(state);
+            // Outside the lock: dropping a FUSE reply sends it.
+            drop(job);
             return Ok(());
         }
+        if reads.running == PER_FILE {
+            // It waits for one of its file's workers: no other is woken.
+            reads.parked.push_back(job);
+            state.waiting += 1;
+            return Ok(());
+        }
+        reads.queued += 1;
+        state.waiting += 1;
         if state.queue.len() >= state.idle && state.workers < MAX_WORKERS {
             match self.spawn() {
                 Ok(()) => state.workers += 1,
                 Err(e) if state.workers == 0 => {
                     tracing::warn!("cannot start a read worker: {e}");
                     state.waiting -= 1;
+                    state.unqueue(file);
                     return Err(job);
                 }
                 // The running workers take it in turn.
@@ -234,15 +249,12 @@ impl<J> State<J> {
                 return Some((file, job));
             }
             served.running -= 1;
-            if served.running == 0 {
-                self.files.remove(&file);
-            }
+            self.forget_if_idle(file);
         }
         while let Some((file, job)) = self.queue.pop_front() {
-            let entry = self.files.entry(file).or_insert_with(|| FileReads {
-                running: 0,
-                parked: VecDeque::new(),
-            });
+            // Counted at `submit`: the entry is there.
+            let entry = self.files.entry(file).or_insert_with(FileReads::new);
+            entry.queued = entry.queued.saturating_sub(1);
             if entry.running < PER_FILE {
                 entry.running += 1;
                 self.waiting -= 1;
@@ -251,6 +263,23 @@ impl<J> State<J> {
             entry.parked.push_back(job);
         }
         None
+    }
+
+    /// Takes back a read of `file` counted as queued but never queued.
+    fn unqueue(&mut self, file: u64) {
+        if let Some(reads) = self.files.get_mut(&file) {
+            reads.queued -= 1;
+        }
+        self.forget_if_idle(file);
+    }
+
+    /// Forgets `file` once none of its reads runs or waits.
+    fn forget_if_idle(&mut self, file: u64) {
+        if let Some(reads) = self.files.get(&file) {
+            if reads.running == 0 && reads.queued == 0 {
+                self.files.remove(&file);
+            }
+        }
     }
 }
 
@@ -396,19 +425,27 @@ mod tests {
     }
 
     /// At most [`MAX_PARKED`] reads wait for a stuck file's workers; the
-    /// next ones fail at once (dropped unserved).
+    /// next ones fail at once (dropped unserved), whether they come while
+    /// the file's workers run or while no worker is free (here all are
+    /// taken by two other stuck files).
     #[test]
     fn a_stuck_file_keeps_a_bounded_number_of_reads_waiting() {
         let readers = Readers::new();
-        let stuck = Gate::default();
+        let (stuck, others) = (Gate::default(), Gate::default());
         let (done, finished) = mpsc::channel();
-        submit(&readers, 1, &stuck, &done, 0..PER_FILE);
-        wait_until(&readers, file_1(PER_FILE, 0));
+        let (others_done, _others_finished) = mpsc::channel();
+        submit(&readers, 2, &others, &others_done, 0..PER_FILE);
+        submit(&readers, 3, &others, &others_done, 0..PER_FILE);
+        let running = |state: &State<Task>, file| state.files.get(&file).map(|f| f.running);
+        wait_until(&readers, |state| {
+            running(state, 2) == Some(PER_FILE) && running(state, 3) == Some(PER_FILE)
+        });
         let accepted = PER_FILE + MAX_PARKED;
-        submit(&readers, 1, &stuck, &done, PER_FILE..accepted + 10);
+        submit(&readers, 1, &stuck, &done, 0..accepted + 10);
         drop(done);
+        assert_eq!(readers.shared.lock().waiting, accepted);
+        others.open();
         wait_until(&readers, file_1(PER_FILE, MAX_PARKED));
-        assert_eq!(readers.shared.lock().waiting, MAX_PARKED);
         stuck.open();
         assert_eq!(served(finished), accepted);
     }
