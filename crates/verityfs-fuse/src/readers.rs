@@ -19,7 +19,7 @@
 //!   allocation per read once it has grown to the largest read (1 MiB);
 //!   a read waiting for a worker has no buffer yet;
 //! - at most [`MAX_WAITING`] reads wait for a worker (a few dozen bytes
-//!   each); beyond that the thread handing one over waits for room. Only
+//!   each, plus a handed-over write's data); beyond that the thread handing one over waits for room. Only
 //!   thousands of reads at once get there, each a user's thread blocked
 //!   in the kernel; at most [`MAX_PARKED`] of them for one file (see
 //!   below), further ones fail at once.

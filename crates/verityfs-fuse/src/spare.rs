@@ -11,9 +11,11 @@
 //! So at most all but one of fuser's threads serve requests themselves;
 //! while they all are, the last one hands each request it reads to the
 //! workers of [`Readers`], which grow as needed, each user's requests on at
-//! most half of them (a "file" there is a user): whoever stalls their own
-//! requests stalls only theirs. Requests that never wait for the backing
-//! store (forgets, releases) are always served at once.
+//! most half of them (a "file" there is a user): the daemon's own threads
+//! are never all stuck. (Other users' requests that the kernel queues
+//! behind stuck ones, in its background slots or behind a directory's
+//! lock, still wait; see docs/SECURITY.md.) Requests that never wait for
+//! the backing store (forgets, releases) are always served at once.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
