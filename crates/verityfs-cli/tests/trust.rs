@@ -486,7 +486,16 @@ fn python_as_nobody(script: &str, args: &[&str]) -> std::process::Child {
         .expect("starting python3 as nobody")
 }
 
-fn loops(child: std::process::Child, what: &str) -> u64 {
+/// The count `child` prints; bounded: a racer stuck in the mount fails the
+/// test with where it and the daemon wait.
+fn loops(m: &Mount, mut child: std::process::Child, what: &str) -> u64 {
+    let limit = race_duration() + Duration::from_secs(60);
+    if wait_for(&mut child, limit).is_none() {
+        let stuck = kernel_stacks(rustix::process::Pid::from_child(&child));
+        let daemon = kernel_stacks(m.daemon_pid()) + &thread_backtraces(m.daemon_pid());
+        let _ = child.kill();
+        panic!("{what} still running after {limit:?}:\n{stuck}\ndaemon:\n{daemon}");
+    }
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{what}: {out:?}");
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
@@ -526,8 +535,11 @@ fn creation_races_never_hand_over_root_objects() {
     .map(|[src, dst]| python_as_nobody(ATTACKER, &[backing, &secs, src, dst]))
     .collect();
     let creator = python_as_nobody(CREATOR, &[m.path("shared").to_str().unwrap(), &secs]);
-    let attacks: u64 = attackers.into_iter().map(|a| loops(a, "attacker")).sum();
-    let creations = loops(creator, "creator");
+    let attacks: u64 = attackers
+        .into_iter()
+        .map(|a| loops(&m, a, "attacker"))
+        .sum();
+    let creations = loops(&m, creator, "creator");
     eprintln!("{attacks} successful attacks, {creations} successful creations");
     assert!(attacks > 100 && creations > 100, "too few rounds to race");
     let secret = fs::metadata(private.join("secret")).unwrap();

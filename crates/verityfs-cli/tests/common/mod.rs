@@ -103,6 +103,42 @@ pub fn wait_for(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     }
 }
 
+/// Where each thread of process `pid` waits in the kernel: the report of a
+/// hang, read from `/proc` (as root).
+pub fn kernel_stacks(pid: Pid) -> String {
+    let tasks = format!("/proc/{}/task", pid.as_raw_nonzero());
+    let Ok(entries) = fs::read_dir(&tasks) else {
+        return format!("{tasks}: gone\n");
+    };
+    let mut report = String::new();
+    for task in entries.flatten() {
+        let path = task.path();
+        let read = |name: &str| fs::read_to_string(path.join(name)).unwrap_or_default();
+        report += &format!(
+            "{} ({}): {}\n{}",
+            path.display(),
+            read("comm").trim(),
+            read("wchan"),
+            read("stack")
+        );
+    }
+    report
+}
+
+/// The backtraces of the threads of process `pid`, by gdb: the report of a
+/// hang.
+pub fn thread_backtraces(pid: Pid) -> String {
+    let out = Command::new("gdb")
+        .args(["-p", &pid.as_raw_nonzero().to_string(), "-batch", "-nx"])
+        .args(["-ex", "thread apply all bt"])
+        .stdin(Stdio::null())
+        .output();
+    match out {
+        Ok(out) => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Err(e) => format!("gdb: {e}\n"),
+    }
+}
+
 /// Runs `cmd` to completion (bounded: a hung mount fails the test instead
 /// of hanging it) and returns its output.
 pub fn run(cmd: &mut Command) -> Output {
