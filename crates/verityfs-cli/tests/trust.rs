@@ -266,6 +266,11 @@ impl Program {
         Program::start(script, &args)
     }
 
+    /// Where its threads wait in the kernel.
+    fn kernel_stacks(&self) -> String {
+        kernel_stacks(rustix::process::Pid::from_child(&self.child))
+    }
+
     /// Sends `command`; the answer, `None` if the program died.
     fn send(&mut self, command: &str) -> Option<String> {
         use std::io::Write;
@@ -452,7 +457,10 @@ def attempt(f):
     except OSError:
         pass
 def create():
-    fd = os.open("target", os.O_WRONLY | os.O_CREAT, 0o644)
+    # Non-blocking: the attackers may move the victim's own FIFO (made
+    # below) onto "target", and opening a FIFO for writing waits for a
+    # reader in the kernel, daemon or not.
+    fd = os.open("target", os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o644)
     try:
         os.write(fd, b"written by nobody")
     finally:
@@ -494,7 +502,10 @@ fn loops(m: &Mount, mut child: std::process::Child, what: &str) -> u64 {
         let stuck = kernel_stacks(rustix::process::Pid::from_child(&child));
         let daemon = kernel_stacks(m.daemon_pid()) + &thread_backtraces(m.daemon_pid());
         let _ = child.kill();
-        panic!("{what} still running after {limit:?}:\n{stuck}\ndaemon:\n{daemon}");
+        panic!(
+            "{what} still running after {limit:?}:\n{stuck}\ndaemon:\n{daemon}\nlog:\n{}",
+            m.log()
+        );
     }
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{what}: {out:?}");
@@ -1146,11 +1157,15 @@ fn many_files_looked_up_cannot_exhaust_the_daemon_s_descriptors() {
 /// mapped from the file of another mount, 2 MiB apart (a read each), once
 /// told to ("go": it says "started"), then says "done" once the writes
 /// end. While that mount's daemon is stopped, each write holds its backing
-/// file's inode lock.
+/// file's inode lock. The mapping is read at random: each fault is then one
+/// READ, asked for under the lock (no readahead, which could send several
+/// per fault), so READs waiting count the locks held.
 const LOCK_HOLDER: &str = r#"
 import mmap, os, sys, threading
 fd = os.open(sys.argv[1], os.O_RDONLY)
-view = memoryview(mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ))
+mapping = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
+mapping.madvise(mmap.MADV_RANDOM)
+view = memoryview(mapping)
 def hold(i, target):
     out = os.open(target, os.O_WRONLY)
     os.pwrite(out, view[i << 21:(i << 21) + 4096], 0)
@@ -1178,8 +1193,9 @@ impl Connections {
     }
 
     /// Waits until the connection `dev` (a mount's device number) has at
-    /// least `n` requests waiting for their answers.
-    fn wait_for_waiting(&self, dev: u64, n: usize) {
+    /// least `n` requests waiting for their answers; fails with `report()`
+    /// if they do not come.
+    fn wait_for_waiting(&self, dev: u64, n: usize, report: impl Fn() -> String) {
         let path = self.0.path().join(dev.to_string()).join("waiting");
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
@@ -1189,7 +1205,8 @@ impl Connections {
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "{waiting} requests waiting, not {n}"
+                "{waiting} requests waiting, not {n}:\n{}",
+                report()
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -1206,9 +1223,32 @@ impl Drop for Connections {
 struct Stopped(rustix::process::Pid);
 
 impl Stopped {
+    /// Returns once every thread of `pid` has stopped: `kill` returns
+    /// before, and until one of its threads takes the signal the others go
+    /// on serving.
     fn new(pid: rustix::process::Pid) -> Stopped {
         rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
-        Stopped(pid)
+        let stopped = Stopped(pid);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !stopped.all_stopped() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not stopped:\n{}",
+                kernel_stacks(pid)
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stopped
+    }
+
+    fn all_stopped(&self) -> bool {
+        let tasks = format!("/proc/{}/task", self.0.as_raw_nonzero());
+        fs::read_dir(tasks).unwrap().flatten().all(|task| {
+            let stat = fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            // The state follows the command's closing parenthesis.
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+        })
     }
 }
 
@@ -1240,7 +1280,9 @@ fn requests_stuck_in_the_backing_store_leave_the_mount_serving() {
     let mut holder = Program::start(LOCK_HOLDER, &args);
     let stopped = Stopped::new(b.daemon_pid());
     assert_eq!(holder.send("go").as_deref(), Some("started"));
-    connections.wait_for_waiting(devices[1], HELD);
+    connections.wait_for_waiting(devices[1], HELD, || {
+        holder.kernel_stacks() + "daemon:\n" + &kernel_stacks(b.daemon_pid())
+    });
     let truncations: Vec<_> = held
         .iter()
         .map(|name| {
@@ -1248,7 +1290,7 @@ fn requests_stuck_in_the_backing_store_leave_the_mount_serving() {
             std::thread::spawn(move || OpenOptions::new().write(true).open(path)?.set_len(0))
         })
         .collect();
-    connections.wait_for_waiting(devices[0], HELD);
+    connections.wait_for_waiting(devices[0], HELD, || holder.kernel_stacks());
     let other = a.path("other");
     let read = with_watchdog(
         "a read with truncations stuck",

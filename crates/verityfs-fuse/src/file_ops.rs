@@ -169,7 +169,14 @@ impl VerityFs {
         let path_fd = rustix::io::fcntl_dupfd_cloexec(&fd, 0).map_err(errno)?;
         let inode = self.inodes.insert(path_fd, &st);
         let opened = self.open_created(&inode, fd.into(), OpenFlags(flags), creds);
-        let attr = opened.and_then(|fh| Ok((self.attr(&inode)?, fh)));
+        let attr = opened.and_then(|fh| match self.attr(&inode) {
+            Ok(attr) => Ok((attr, fh)),
+            Err(e) => {
+                // No reply names the handle: nothing would release it.
+                self.release_file(fh);
+                Err(e)
+            }
+        });
         if attr.is_err() {
             // The kernel gets no entry: it holds no reference to forget.
             self.inodes.forget(inode.ino, 1);
