@@ -14,13 +14,14 @@
 # service on port 80, which no test needs) and python3-venv, for the venv
 # of moto's S3 server this script then creates with pip from PyPI
 # (crates/verityfs-testnet runs it from there), and curl (the remote
-# benchmark's anchor, also run once as a test). The FUSE tests need root and
+# benchmark's anchor, also run once as a test), and gdb (the backtraces in a
+# hung test's report). The FUSE tests need root and
 # /dev/fuse; a test missing anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(fsverity fuse3 e2fsprogs util-linux openssl libssl-dev pkg-config bc fonts-dejavu-core python3 systemd git
-    qemu-system-x86 busybox-static cpio kmod keyutils xz-utils nginx python3-venv curl)
+    qemu-system-x86 busybox-static cpio kmod keyutils xz-utils nginx python3-venv curl gdb)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -47,5 +48,27 @@ if ! compgen -G "$moto_venv/lib/python3*/site-packages/moto-$moto.dist-info" >/d
     "$moto_venv/bin/pip" install -q "moto[server]==$moto"
 fi
 
-cargo test --workspace --all-targets --no-fail-fast "$@"
+# A test that hangs fails the run after VERITYFS_TEST_MINUTES (default 60)
+# and reports where every test process waits, instead of running out the
+# clock with nothing said.
+report_hang() {
+    echo "test.sh: tests still running after $1 minutes; where their processes wait:" >&2
+    for proc in /proc/[0-9]*; do
+        grep -qsE 'verityfs|python3|target/' "$proc/cmdline" || continue
+        grep -qs rustc "$proc/cmdline" && continue
+        for task in "$proc"/task/*; do
+            echo "$task $(tr '\0' ' ' <"$proc/cmdline" | cut -c1-120): $(cat "$task/wchan" 2>/dev/null)"
+            cat "$task/stack" 2>/dev/null
+        done
+    done >&2
+}
+minutes=${VERITYFS_TEST_MINUTES:-60}
+setsid -w cargo test --workspace --all-targets --no-fail-fast "$@" &
+tests=$!
+(sleep "$((minutes * 60))" && report_hang "$minutes" && kill -KILL -- "-$tests") &
+watchdog=$!
+status=0
+wait "$tests" || status=$?
+kill "$watchdog" 2>/dev/null || true
+[ "$status" -eq 0 ] || exit "$status"
 cargo test --workspace --doc
