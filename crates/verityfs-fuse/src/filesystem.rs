@@ -190,12 +190,13 @@ impl std::ops::Deref for Served {
     }
 }
 
-/// Serves a request of user `$uid` with `$fs` (the filesystem) and `$buf`
-/// (a buffer for reads) running `$body`: on this fuser thread, or handed
-/// to a worker (see `spare`) with its borrowed arguments `$arg` copied
-/// (the body takes them as `&arg` either way).
+/// Serves a request on inode `$key` (the one whose lock the kernel holds
+/// for it) with `$fs` (the filesystem) and `$buf` (a buffer for reads)
+/// running `$body`: on this fuser thread, or handed to a worker (see
+/// `spare`) with its borrowed arguments `$arg` copied (the body takes them
+/// as `&arg` either way).
 macro_rules! serve {
-    ($self:ident, $uid:expr, [$($arg:ident),*], |$fs:ident, $buf:ident| $body:block) => {{
+    ($self:ident, $key:expr, [$($arg:ident),*], |$fs:ident, $buf:ident| $body:block) => {{
         if let Some(_serving) = $self.spare.serve_here() {
             let $fs: &VerityFs = &$self.fs;
             // Here `&arg` borrows a borrow.
@@ -204,7 +205,7 @@ macro_rules! serve {
         } else {
             $(let $arg = $arg.to_owned();)*
             let fs = $self.fs.clone();
-            $self.spare.hand_over($uid, move |$buf| {
+            $self.spare.hand_over($key, move |$buf| {
                 let $fs: &VerityFs = &fs;
                 $body
             });
@@ -222,6 +223,10 @@ impl Filesystem for Served {
         // notices a file made verity in the backing store; kernels without
         // it still get the explicit invalidation at the next request.
         let _ = config.add_capabilities(InitFlags::FUSE_AUTO_INVAL_DATA);
+        // Lookups and listings of one directory run at once, as on a local
+        // filesystem: without it the kernel takes them one at a time, and
+        // one waiting in the backing store would hold up every user's.
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
         Ok(())
     }
 
@@ -229,8 +234,8 @@ impl Filesystem for Served {
         self.mount.release();
     }
 
-    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        serve!(self, req.uid(), [name], |fs, _buf| {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        serve!(self, parent.0, [name], |fs, _buf| {
             let result = fs.inode(parent).and_then(|p| fs.lookup_child(&p, &name));
             reply_with!(reply, result, |(_, attr)| reply.entry(
                 &TTL,
@@ -244,8 +249,8 @@ impl Filesystem for Served {
         self.inodes.forget(ino, nlookup);
     }
 
-    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        serve!(self, req.uid(), [], |fs, _buf| {
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        serve!(self, ino.0, [], |fs, _buf| {
             let result = fs.inode(ino).and_then(|i| fs.attr(&i));
             reply_with!(reply, result, |attr| reply.attr(&TTL, &attr));
         })
@@ -275,14 +280,14 @@ impl Filesystem for Served {
             times: (atime, mtime),
         };
         let caller = caller(req);
-        serve!(self, caller.uid, [], |fs, _buf| {
+        serve!(self, ino.0, [], |fs, _buf| {
             let result = fs.set_attr(caller, ino, size, fh, change);
             reply_with!(reply, result, |attr| reply.attr(&TTL, &attr));
         })
     }
 
-    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        serve!(self, req.uid(), [], |fs, _buf| {
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        serve!(self, ino.0, [], |fs, _buf| {
             let result = fs.inode(ino).and_then(|i| fs.read_link(&i));
             reply_with!(reply, result, |target| reply.data(&target));
         })
@@ -299,7 +304,7 @@ impl Filesystem for Served {
         reply: ReplyEntry,
     ) {
         let caller = caller(req);
-        serve!(self, caller.uid, [name], |fs, _buf| {
+        serve!(self, parent.0, [name], |fs, _buf| {
             let result = fs
                 .inode(parent)
                 .and_then(|p| fs.make_node(caller, &p, &name, mode, rdev));
@@ -321,7 +326,7 @@ impl Filesystem for Served {
         reply: ReplyEntry,
     ) {
         let caller = caller(req);
-        serve!(self, caller.uid, [name], |fs, _buf| {
+        serve!(self, parent.0, [name], |fs, _buf| {
             let result = fs
                 .inode(parent)
                 .and_then(|p| fs.make_dir(caller, &p, &name, mode));
@@ -335,7 +340,7 @@ impl Filesystem for Served {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let caller = caller(req);
-        serve!(self, caller.uid, [name], |fs, _buf| {
+        serve!(self, parent.0, [name], |fs, _buf| {
             let result = fs
                 .inode(parent)
                 .and_then(|p| fs.remove(caller, &p, &name, false));
@@ -345,7 +350,7 @@ impl Filesystem for Served {
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let caller = caller(req);
-        serve!(self, caller.uid, [name], |fs, _buf| {
+        serve!(self, parent.0, [name], |fs, _buf| {
             let result = fs
                 .inode(parent)
                 .and_then(|p| fs.remove(caller, &p, &name, true));
@@ -362,7 +367,7 @@ impl Filesystem for Served {
         reply: ReplyEntry,
     ) {
         let caller = caller(req);
-        serve!(self, caller.uid, [link_name, target], |fs, _buf| {
+        serve!(self, parent.0, [link_name, target], |fs, _buf| {
             let result = fs
                 .inode(parent)
                 .and_then(|p| fs.make_symlink(caller, &p, &link_name, &target));
@@ -385,7 +390,7 @@ impl Filesystem for Served {
         reply: ReplyEmpty,
     ) {
         let caller = caller(req);
-        serve!(self, caller.uid, [name, newname], |fs, _buf| {
+        serve!(self, parent.0, [name, newname], |fs, _buf| {
             let result = fs
                 .inode(parent)
                 .and_then(|p| Ok((p, fs.inode(newparent)?)))
@@ -403,7 +408,7 @@ impl Filesystem for Served {
         reply: ReplyEntry,
     ) {
         let caller = caller(req);
-        serve!(self, caller.uid, [newname], |fs, _buf| {
+        serve!(self, newparent.0, [newname], |fs, _buf| {
             let result = fs
                 .inode(ino)
                 .and_then(|i| Ok((i, fs.inode(newparent)?)))
@@ -418,7 +423,7 @@ impl Filesystem for Served {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let caller = caller(req);
-        serve!(self, caller.uid, [], |fs, _buf| {
+        serve!(self, ino.0, [], |fs, _buf| {
             let result = fs.inode(ino).and_then(|i| fs.open_file(caller, &i, flags));
             reply_with!(reply, result, |(fh, fopen)| reply.opened(fh, fopen));
         })
@@ -426,8 +431,8 @@ impl Filesystem for Served {
 
     fn read(
         &self,
-        req: &Request,
-        _ino: INodeNo,
+        _req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -435,7 +440,7 @@ impl Filesystem for Served {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        serve!(self, req.uid(), [], |fs, buf| {
+        serve!(self, ino.0, [], |fs, buf| {
             reply_with!(reply, fs.read_file(fh, offset, size, buf), |n| reply
                 .data(&buf[..n]))
         })
@@ -443,8 +448,8 @@ impl Filesystem for Served {
 
     fn write(
         &self,
-        req: &Request,
-        _ino: INodeNo,
+        _req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -453,7 +458,7 @@ impl Filesystem for Served {
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        serve!(self, req.uid(), [data], |fs, _buf| {
+        serve!(self, ino.0, [data], |fs, _buf| {
             reply_with!(reply, fs.write_file(fh, offset, &data), |n| {
                 reply.written(n)
             });
@@ -487,20 +492,20 @@ impl Filesystem for Served {
 
     fn fsync(
         &self,
-        req: &Request,
-        _ino: INodeNo,
+        _req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        serve!(self, req.uid(), [], |fs, _buf| {
+        serve!(self, ino.0, [], |fs, _buf| {
             reply_with!(reply, fs.fsync_file(fh, datasync), |()| reply.ok());
         })
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let caller = caller(req);
-        serve!(self, caller.uid, [], |fs, _buf| {
+        serve!(self, ino.0, [], |fs, _buf| {
             let result = fs.inode(ino).and_then(|i| fs.open_dir(caller, &i));
             reply_with!(reply, result, |fh| reply.opened(fh, FopenFlags::empty()));
         })
@@ -508,13 +513,13 @@ impl Filesystem for Served {
 
     fn readdir(
         &self,
-        req: &Request,
-        _ino: INodeNo,
+        _req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        serve!(self, req.uid(), [], |fs, _buf| {
+        serve!(self, ino.0, [], |fs, _buf| {
             let result = fs.read_dir(fh, offset, |ino, next, kind, name| {
                 reply.add(INodeNo(ino), next, kind, name)
             });
@@ -536,20 +541,20 @@ impl Filesystem for Served {
 
     fn fsyncdir(
         &self,
-        req: &Request,
+        _req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        serve!(self, req.uid(), [], |fs, _buf| {
+        serve!(self, ino.0, [], |fs, _buf| {
             let result = fs.inode(ino).and_then(|i| fs.sync_dir(&i, datasync));
             reply_with!(reply, result, |()| reply.ok());
         })
     }
 
-    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        serve!(self, req.uid(), [], |fs, _buf| {
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        serve!(self, ino.0, [], |fs, _buf| {
             reply_with!(reply, fs.stat_fs(), |s| reply.statfs(
                 s.f_blocks,
                 s.f_bfree,
@@ -574,7 +579,7 @@ impl Filesystem for Served {
         reply: ReplyEmpty,
     ) {
         let caller = caller(req);
-        serve!(self, caller.uid, [name, value], |fs, _buf| {
+        serve!(self, ino.0, [name, value], |fs, _buf| {
             let result = fs
                 .inode(ino)
                 .and_then(|i| fs.set_xattr(caller, &i, &name, &value, flags));
@@ -584,7 +589,7 @@ impl Filesystem for Served {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let caller = caller(req);
-        serve!(self, caller.uid, [name], |fs, _buf| {
+        serve!(self, ino.0, [name], |fs, _buf| {
             let result = fs
                 .inode(ino)
                 .and_then(|i| fs.get_xattr(caller, &i, &name, size));
@@ -594,7 +599,7 @@ impl Filesystem for Served {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let caller = caller(req);
-        serve!(self, caller.uid, [], |fs, _buf| {
+        serve!(self, ino.0, [], |fs, _buf| {
             let result = fs.inode(ino).and_then(|i| fs.list_xattr(caller, &i));
             reply_with!(reply, result, |names| xattr_reply(reply, size, &names));
         })
@@ -602,7 +607,7 @@ impl Filesystem for Served {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let caller = caller(req);
-        serve!(self, caller.uid, [name], |fs, _buf| {
+        serve!(self, ino.0, [name], |fs, _buf| {
             let result = fs
                 .inode(ino)
                 .and_then(|i| fs.remove_xattr(caller, &i, &name));
@@ -626,7 +631,7 @@ impl Filesystem for Served {
         reply: ReplyCreate,
     ) {
         let caller = caller(req);
-        serve!(self, caller.uid, [name], |fs, _buf| {
+        serve!(self, parent.0, [name], |fs, _buf| {
             let result = fs
                 .inode(parent)
                 .and_then(|p| fs.create_file(caller, &p, &name, mode, umask, flags));
@@ -642,15 +647,15 @@ impl Filesystem for Served {
 
     fn fallocate(
         &self,
-        req: &Request,
-        _ino: INodeNo,
+        _req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        serve!(self, req.uid(), [], |fs, _buf| {
+        serve!(self, ino.0, [], |fs, _buf| {
             reply_with!(reply, fs.allocate(fh, offset, length, mode), |()| reply
                 .ok());
         })
@@ -658,14 +663,14 @@ impl Filesystem for Served {
 
     fn lseek(
         &self,
-        req: &Request,
-        _ino: INodeNo,
+        _req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
-        serve!(self, req.uid(), [], |fs, _buf| {
+        serve!(self, ino.0, [], |fs, _buf| {
             reply_with!(reply, fs.seek_data(fh, offset, whence), |at| reply
                 .offset(at));
         })
@@ -674,7 +679,7 @@ impl Filesystem for Served {
     fn ioctl(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: IoctlFlags,
         cmd: u32,
@@ -683,7 +688,7 @@ impl Filesystem for Served {
         reply: ReplyIoctl,
     ) {
         let caller = caller(req);
-        serve!(self, caller.uid, [in_data], |fs, _buf| {
+        serve!(self, ino.0, [in_data], |fs, _buf| {
             let result = fs.ioctl_op(caller, fh, cmd, &in_data);
             // A measure, or the flags, say what the file holds: not while a
             // mapping may still show what it held before.

@@ -92,7 +92,7 @@ impl ImageFs {
                 rustix::process::getegid().as_raw(),
             ),
             mount: Arc::default(),
-            readers: Readers::new(),
+            readers: Readers::new(crate::readers::IMAGE_WORKERS),
         })
     }
 

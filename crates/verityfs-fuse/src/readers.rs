@@ -1,7 +1,8 @@
 //! The threads that serve an image's reads, and the first opens of its
 //! files, apart from the threads fuser reads requests with. A directory
 //! mount hands them its requests too while fuser's threads are all but one
-//! busy (see `spare`); there a "file" below is a user.
+//! busy (see `spare`); there a "file" below is the object a request holds
+//! the kernel's lock of.
 //!
 //! A read of a remote image, or a file's first open (which fetches its
 //! object's tree), may wait for the network until its deadline
@@ -13,13 +14,15 @@
 //! these workers and go back to the kernel. Below, "reads" are both.
 //!
 //! Everything is bounded:
-//! - at most [`MAX_WORKERS`] threads, started as reads come and ended after
-//!   [`IDLE`] without one;
+//! - at most the number of threads the mount gives ([`IMAGE_WORKERS`]
+//!   for an image), started as reads come and ended after [`IDLE`]
+//!   without one;
 //! - each worker owns one buffer, reused for every read it serves: no
 //!   allocation per read once it has grown to the largest read (1 MiB);
 //!   a read waiting for a worker has no buffer yet;
 //! - at most [`MAX_WAITING`] reads wait for a worker (a few dozen bytes
-//!   each, plus a handed-over write's data); beyond that the thread handing one over waits for room. Only
+//!   each, plus a handed-over write's data); beyond that the thread
+//!   handing one over waits for room. Only
 //!   thousands of reads at once get there, each a user's thread blocked
 //!   in the kernel; at most [`MAX_PARKED`] of them for one file (see
 //!   below), further ones fail at once.
@@ -27,8 +30,9 @@
 //! Fairness: reads are taken in arrival order, but at most [`PER_FILE`]
 //! workers serve one file at a time; its further reads wait, in order,
 //! for one of them. Reads of other files (in memory, in the disk cache,
-//! on a server that answers) thus find a worker unless two files each
-//! have [`PER_FILE`] reads stuck at once. The cap is not smaller because
+//! on a server that answers) thus find a worker unless enough files have
+//! [`PER_FILE`] reads stuck at once to take every worker (two, on an
+//! image's mount). The cap is not smaller because
 //! a read's deadline starts when a worker runs it: with a cap of `c`, the
 //! `n`-th reader of a stalled file fails after `⌈n/c⌉` deadlines. With
 //! half the workers, 64 readers of a stalled file all fail after one,
@@ -39,10 +43,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// The most worker threads.
-const MAX_WORKERS: usize = 128;
+/// The most worker threads of an image's mount.
+pub(crate) const IMAGE_WORKERS: usize = 128;
 /// The most workers serving one file at a time.
-const PER_FILE: usize = MAX_WORKERS / 2;
+pub(crate) const PER_FILE: usize = IMAGE_WORKERS / 2;
 /// The most reads waiting for a worker.
 const MAX_WAITING: usize = 4096;
 /// The most reads of one file waiting for one of its workers: beyond, a
@@ -69,6 +73,8 @@ pub(crate) struct Readers<J: Job> {
 
 struct Shared<J> {
     state: Mutex<State<J>>,
+    /// The most worker threads.
+    max_workers: usize,
     /// Signalled when a read can be taken, or the workers stop.
     work: Condvar,
     /// Signalled when a read stops waiting, or the workers stop.
@@ -109,10 +115,12 @@ struct State<J> {
 }
 
 impl<J: Job> Readers<J> {
-    /// No workers yet: they start with the first reads.
-    pub(crate) fn new() -> Self {
+    /// No workers yet: they start with the first reads, up to
+    /// `max_workers` (at least [`PER_FILE`]).
+    pub(crate) fn new(max_workers: usize) -> Self {
         Readers {
             shared: Arc::new(Shared {
+                max_workers: max_workers.max(PER_FILE),
                 state: Mutex::new(State {
                     queue: VecDeque::new(),
                     files: HashMap::new(),
@@ -152,7 +160,7 @@ impl<J: Job> Readers<J> {
         }
         reads.queued += 1;
         state.waiting += 1;
-        if state.queue.len() >= state.idle && state.workers < MAX_WORKERS {
+        if state.queue.len() >= state.idle && state.workers < self.shared.max_workers {
             match self.spawn() {
                 Ok(()) => state.workers += 1,
                 Err(e) if state.workers == 0 => {
@@ -375,7 +383,7 @@ mod tests {
 
     #[test]
     fn reads_stuck_on_one_file_leave_workers_for_the_others() {
-        let readers = Readers::new();
+        let readers = Readers::new(IMAGE_WORKERS);
         let (stuck, free) = (Gate::default(), Gate::default());
         free.open();
         let (done, finished) = mpsc::channel();
@@ -395,12 +403,12 @@ mod tests {
         wait_until(&readers, |state| {
             state.files.is_empty() && state.waiting == 0
         });
-        assert!(readers.shared.lock().workers <= MAX_WORKERS);
+        assert!(readers.shared.lock().workers <= IMAGE_WORKERS);
     }
 
     #[test]
     fn stopping_drops_waiting_reads_and_waits_for_none() {
-        let readers = Readers::new();
+        let readers = Readers::new(IMAGE_WORKERS);
         let stuck = Gate::default();
         let (done, finished) = mpsc::channel();
         submit(&readers, 1, &stuck, &done, 0..2 * PER_FILE);
@@ -430,7 +438,7 @@ mod tests {
     /// taken by two other stuck files).
     #[test]
     fn a_stuck_file_keeps_a_bounded_number_of_reads_waiting() {
-        let readers = Readers::new();
+        let readers = Readers::new(IMAGE_WORKERS);
         let (stuck, others) = (Gate::default(), Gate::default());
         let (done, finished) = mpsc::channel();
         let (others_done, _others_finished) = mpsc::channel();
@@ -454,7 +462,7 @@ mod tests {
     /// as may serve it at once panic, and the next read of it is served.
     #[test]
     fn a_read_that_panics_fails_alone() {
-        let readers = Readers::new();
+        let readers = Readers::new(IMAGE_WORKERS);
         let gate = Gate::default();
         gate.open();
         let (done, finished) = mpsc::channel();

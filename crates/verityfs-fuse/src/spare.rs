@@ -10,16 +10,30 @@
 //!
 //! So at most all but one of fuser's threads serve requests themselves;
 //! while they all are, the last one hands each request it reads to the
-//! workers of [`Readers`], which grow as needed, each user's requests on at
-//! most half of them (a "file" there is a user): the daemon's own threads
-//! are never all stuck. (Other users' requests that the kernel queues
-//! behind stuck ones, in its background slots or behind a directory's
-//! lock, still wait; see docs/SECURITY.md.) Requests that never wait for
-//! the backing store (forgets, releases) are always served at once.
+//! workers of [`Readers`], which grow as needed (up to [`MAX_WORKERS`]):
+//! the daemon's own threads are never all stuck.
+//!
+//! The workers are shared by object, not by user: a request is counted
+//! against the object whose lock the kernel holds while it waits for the
+//! answer (the directory of a lookup or a creation, the file of a write or
+//! a truncation), at most [`PER_FILE`](crate::readers::PER_FILE) of them
+//! served at once. A request parked behind its object's stuck ones thus
+//! holds only a lock that the stuck ones already block, and requests on other objects, whoever makes them,
+//! find a worker. Counted by user, a user's lookup parked behind the
+//! user's stuck truncations would hold its directory's lock, and every
+//! other user's creations in that directory would wait for it. (Requests
+//! that the kernel queues behind stuck ones in its background slots still
+//! wait; see docs/SECURITY.md.) Requests that never wait for the backing
+//! store (forgets, releases) are always served at once.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::readers::{Job, Readers};
+
+/// The most workers: a user needs 16 objects with
+/// [`PER_FILE`](crate::readers::PER_FILE) requests stuck on each to take
+/// them all.
+const MAX_WORKERS: usize = 1024;
 
 /// Serves a request, with a worker's buffer for reads.
 type ServeFn = Box<dyn FnOnce(&mut Vec<u8>) + Send>;
@@ -57,7 +71,7 @@ impl Spare {
         Spare {
             serving: AtomicUsize::new(0),
             most: threads.saturating_sub(1).max(1),
-            workers: Readers::new(),
+            workers: Readers::new(MAX_WORKERS),
         }
     }
 
@@ -69,10 +83,11 @@ impl Spare {
         (serving < self.most).then_some(this)
     }
 
-    /// Hands the request `serve` of user `uid` to a worker; serves it here
-    /// if none can (none could be started).
-    pub(crate) fn hand_over(&self, uid: u32, serve: impl FnOnce(&mut Vec<u8>) + Send + 'static) {
-        if let Err(job) = self.workers.submit(uid.into(), Deferred(Box::new(serve))) {
+    /// Hands the request `serve`, which holds the kernel's lock of inode
+    /// `ino`, to a worker; serves it here if none can (none could be
+    /// started).
+    pub(crate) fn hand_over(&self, ino: u64, serve: impl FnOnce(&mut Vec<u8>) + Send + 'static) {
+        if let Err(job) = self.workers.submit(ino, Deferred(Box::new(serve))) {
             let mut buf = Vec::new();
             job.run(&mut buf);
         }
