@@ -20,7 +20,7 @@ mod common;
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Read};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -1154,7 +1154,7 @@ fn many_files_looked_up_cannot_exhaust_the_daemon_s_descriptors() {
 
 /// Run as root (`/dev/fuse` is root's here; most systems let any user run
 /// a FUSE filesystem): writes to each backing file given from a buffer
-/// mapped from the file of another mount, 2 MiB apart (a read each), once
+/// mapped from the file of another mount, a page apart (a read each), once
 /// told to ("go": it says "started"), then says "done" once the writes
 /// end. While that mount's daemon is stopped, each write holds its backing
 /// file's inode lock. The mapping is read at random: each fault is then one
@@ -1168,7 +1168,7 @@ mapping.madvise(mmap.MADV_RANDOM)
 view = memoryview(mapping)
 def hold(i, target):
     out = os.open(target, os.O_WRONLY)
-    os.pwrite(out, view[i << 21:(i << 21) + 4096], 0)
+    os.pwrite(out, view[i << 12:(i + 1) << 12], 0)
 writers = [threading.Thread(target=hold, args=(i, t)) for i, t in enumerate(sys.argv[2:])]
 print("ready", flush=True)
 sys.stdin.readline()
@@ -1258,6 +1258,64 @@ impl Drop for Stopped {
     }
 }
 
+/// Files of mount `a` whose backing inode locks are held (by writes to
+/// them faulting on a mapping of mount `b`, whose daemon is stopped) until
+/// released.
+struct Held {
+    holder: Program,
+    stopped: Stopped,
+    connections: Connections,
+}
+
+impl Held {
+    /// Holds the locks of `files` (backing paths of `a`).
+    fn new(b: &Mount, files: &[PathBuf]) -> Held {
+        fs::write(b.backing("source"), random_bytes(files.len() << 12, 9)).unwrap();
+        let connections = Connections::mount();
+        // Its root's attributes are asked of its daemon: not once stopped.
+        let device = device(b);
+        let source = b.path("source");
+        let mut args = vec![source.as_os_str()];
+        args.extend(files.iter().map(|f| f.as_os_str()));
+        let mut holder = Program::start(LOCK_HOLDER, &args);
+        let stopped = Stopped::new(b.daemon_pid());
+        assert_eq!(holder.send("go").as_deref(), Some("started"));
+        connections.wait_for_waiting(device, files.len(), || {
+            holder.kernel_stacks() + "daemon:\n" + &kernel_stacks(b.daemon_pid())
+        });
+        Held {
+            holder,
+            stopped,
+            connections,
+        }
+    }
+
+    /// Waits until `m`'s connection has `n` requests waiting.
+    fn wait_for_requests(&self, m: &Mount, n: usize) {
+        self.connections.wait_for_waiting(device(m), n, || {
+            self.holder.kernel_stacks() + "daemon:\n" + &kernel_stacks(m.daemon_pid())
+        });
+    }
+
+    /// Continues `b`'s daemon: the writes, and what waited for them, end.
+    fn release(self) {
+        let Held {
+            mut holder,
+            stopped,
+            connections,
+        } = self;
+        drop(stopped);
+        assert_eq!(holder.answer().as_deref(), Some("done"));
+        assert!(holder.status().success());
+        drop(connections);
+    }
+}
+
+/// The device number of mount `m`: its connection's name.
+fn device(m: &Mount) -> u64 {
+    fs::metadata(&m.mnt).unwrap().dev()
+}
+
 /// Requests that wait in the backing store for as long as someone else
 /// decides (here truncations of files whose inode locks are held by writes
 /// faulting on a mapping of a stopped FUSE filesystem) hold at most all but
@@ -1266,23 +1324,13 @@ impl Drop for Stopped {
 fn requests_stuck_in_the_backing_store_leave_the_mount_serving() {
     const HELD: usize = 8;
     let (a, b) = (Mount::new(), Mount::new());
-    fs::write(b.backing("source"), random_bytes(HELD << 21, 9)).unwrap();
     let held: Vec<String> = (0..HELD).map(|i| format!("held{i}")).collect();
     for name in &held {
         fs::write(a.path(name), b"x").unwrap();
     }
     fs::write(a.path("other"), b"another file").unwrap();
-    let devices = [&a, &b].map(|m| fs::metadata(&m.mnt).unwrap().dev());
-    let connections = Connections::mount();
-    let mut args = vec![b.path("source").into_os_string()];
-    args.extend(held.iter().map(|name| a.backing(name).into_os_string()));
-    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-    let mut holder = Program::start(LOCK_HOLDER, &args);
-    let stopped = Stopped::new(b.daemon_pid());
-    assert_eq!(holder.send("go").as_deref(), Some("started"));
-    connections.wait_for_waiting(devices[1], HELD, || {
-        holder.kernel_stacks() + "daemon:\n" + &kernel_stacks(b.daemon_pid())
-    });
+    let files: Vec<PathBuf> = held.iter().map(|name| a.backing(name)).collect();
+    let locks = Held::new(&b, &files);
     let truncations: Vec<_> = held
         .iter()
         .map(|name| {
@@ -1290,7 +1338,7 @@ fn requests_stuck_in_the_backing_store_leave_the_mount_serving() {
             std::thread::spawn(move || OpenOptions::new().write(true).open(path)?.set_len(0))
         })
         .collect();
-    connections.wait_for_waiting(devices[0], HELD, || holder.kernel_stacks());
+    locks.wait_for_requests(&a, HELD);
     let other = a.path("other");
     let read = with_watchdog(
         "a read with truncations stuck",
@@ -1298,10 +1346,75 @@ fn requests_stuck_in_the_backing_store_leave_the_mount_serving() {
         move || fs::read(other),
     );
     assert_eq!(read.unwrap(), b"another file");
-    drop(stopped);
-    assert_eq!(holder.answer().as_deref(), Some("done"));
-    assert!(holder.status().success());
+    locks.release();
     for truncation in truncations {
         truncation.join().unwrap().unwrap();
     }
+}
+
+/// Opens each file named for writing, then, told to ("go": it says
+/// "started"), truncates each in a thread of its own, and says "done" (or
+/// the first error) once all are.
+const TRUNCATOR: &str = r#"
+import os, sys, threading
+errors = []
+def truncate(fd):
+    try: os.ftruncate(fd, 0)
+    except OSError as e: errors.append(e)
+fds = [os.open(path, os.O_WRONLY) for path in sys.argv[1:]]
+threads = [threading.Thread(target=truncate, args=(fd,)) for fd in fds]
+print("ready", flush=True)
+sys.stdin.readline()
+for thread in threads: thread.start()
+print("started", flush=True)
+for thread in threads: thread.join()
+print(errors[0] if errors else "done", flush=True)
+"#;
+
+/// A user whose own requests are stuck in the backing store, more of them
+/// than the workers' share for one object, holds no lock other users need:
+/// in the directory of the files stuck, that user's lookups and root's
+/// creations are answered. (Counted by user, the user's lookup would wait
+/// behind its truncations, holding the directory's lock that root's
+/// creation needs.)
+#[test]
+fn a_user_s_stuck_requests_leave_shared_directories_to_others() {
+    const HELD: usize = 72;
+    let (a, b) = (Mount::with_args(&["-o", "allow_other"]), Mount::new());
+    let dir = a.backing("shared");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, Permissions::from_mode(0o777)).unwrap();
+    let files: Vec<PathBuf> = (0..HELD).map(|i| dir.join(format!("held{i}"))).collect();
+    for file in &files {
+        fs::write(file, b"x").unwrap();
+        std::os::unix::fs::chown(file, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    let through_mount: Vec<PathBuf> = (0..HELD)
+        .map(|i| a.path(&format!("shared/held{i}")))
+        .collect();
+    let args: Vec<&std::ffi::OsStr> = through_mount.iter().map(|p| p.as_os_str()).collect();
+    let mut truncator = Program::as_nobody(TRUNCATOR, &args);
+    let locks = Held::new(&b, &files);
+    assert_eq!(truncator.send("go").as_deref(), Some("started"));
+    locks.wait_for_requests(&a, HELD);
+    let missing = a.path("shared/missing");
+    let lookup = with_watchdog(
+        "a lookup by the user whose requests are stuck",
+        Duration::from_secs(10),
+        move || run(as_nobody("/usr/bin/stat").arg(missing)),
+    );
+    assert!(
+        String::from_utf8_lossy(&lookup.stderr).contains("No such file"),
+        "{lookup:?}"
+    );
+    let (new, other) = (a.path("shared/root's"), a.path("shared/held0"));
+    let created = with_watchdog(
+        "root's creation beside them",
+        Duration::from_secs(10),
+        move || fs::write(&new, b"root's").and_then(|()| fs::metadata(other)),
+    );
+    assert_eq!(created.unwrap().uid(), NOBODY);
+    locks.release();
+    assert_eq!(truncator.answer().as_deref(), Some("done"));
+    assert!(truncator.status().success());
 }
