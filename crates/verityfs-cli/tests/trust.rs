@@ -1371,12 +1371,12 @@ for thread in threads: thread.join()
 print(errors[0] if errors else "done", flush=True)
 "#;
 
-/// A user whose own requests are stuck in the backing store, more of them
-/// than the workers' share for one object, holds no lock other users need:
-/// in the directory of the files stuck, that user's lookups, root's
-/// creations and root's reads of those files are answered. (Counted by user, the user's lookup would wait
-/// behind its truncations, holding the directory's lock that root's
-/// creation needs.)
+/// A user with many requests stuck in the backing store (truncations of
+/// 72 files whose inode locks are held) holds no lock other users need: in
+/// the directory of those files, that user's lookups, root's creations and
+/// root's reads of the files are answered. (Counted by user, more than 64
+/// of them, the user's lookup would wait behind its truncations, holding
+/// the directory's lock that root's creation needs.)
 #[test]
 fn a_user_s_stuck_requests_leave_shared_directories_to_others() {
     const HELD: usize = 72;
