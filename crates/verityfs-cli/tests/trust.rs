@@ -1353,8 +1353,8 @@ fn requests_stuck_in_the_backing_store_leave_the_mount_serving() {
 }
 
 /// Opens each file named for writing, then, told to ("go": it says
-/// "started"), truncates each in a thread of its own, and says "done" (or
-/// the first error) once all are.
+/// "started"), truncates each in a thread of its own, and says "done" once
+/// all are (or how many failed, and how).
 const TRUNCATOR: &str = r#"
 import os, sys, threading
 errors = []
@@ -1368,7 +1368,8 @@ sys.stdin.readline()
 for thread in threads: thread.start()
 print("started", flush=True)
 for thread in threads: thread.join()
-print(errors[0] if errors else "done", flush=True)
+failed = sorted({os.strerror(e.errno) for e in errors})
+print(f"{len(errors)} failed: {', '.join(failed)}" if errors else "done", flush=True)
 "#;
 
 /// A user with many requests stuck in the backing store (truncations of
@@ -1417,5 +1418,45 @@ fn a_user_s_stuck_requests_leave_shared_directories_to_others() {
     assert_eq!(created.unwrap(), b"x");
     locks.release();
     assert_eq!(truncator.answer().as_deref(), Some("done"));
+    assert!(truncator.status().success());
+}
+
+/// A user's requests stuck in the backing store take at most a quarter of
+/// the workers: beyond 256 handed over, that user's next requests fail at
+/// once (`EIO`) rather than wait, while other users are served.
+#[test]
+fn a_user_s_stuck_requests_take_a_bounded_share_of_the_workers() {
+    const HELD: usize = 300;
+    // fuser's threads that serve requests themselves, and the user's share.
+    const SERVED: usize = 3 + 256;
+    let (a, b) = (Mount::with_args(&["-o", "allow_other"]), Mount::new());
+    let dir = a.backing("shared");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, Permissions::from_mode(0o777)).unwrap();
+    let files: Vec<PathBuf> = (0..HELD).map(|i| dir.join(format!("held{i}"))).collect();
+    for file in &files {
+        fs::write(file, b"x").unwrap();
+        std::os::unix::fs::chown(file, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    fs::write(a.path("other"), b"another file").unwrap();
+    let through_mount: Vec<PathBuf> = (0..HELD)
+        .map(|i| a.path(&format!("shared/held{i}")))
+        .collect();
+    let args: Vec<&std::ffi::OsStr> = through_mount.iter().map(|p| p.as_os_str()).collect();
+    let mut truncator = Program::as_nobody(TRUNCATOR, &args);
+    let locks = Held::new(&b, &files);
+    assert_eq!(truncator.send("go").as_deref(), Some("started"));
+    locks.wait_for_requests(&a, SERVED);
+    let other = a.path("other");
+    let read = with_watchdog("root's read", Duration::from_secs(10), move || {
+        fs::read(other)
+    });
+    assert_eq!(read.unwrap(), b"another file");
+    locks.release();
+    let failed = HELD - SERVED;
+    assert_eq!(
+        truncator.answer(),
+        Some(format!("{failed} failed: {}", strerror(libc::EIO)))
+    );
     assert!(truncator.status().success());
 }

@@ -29,7 +29,7 @@ use crate::file_ops::{read_verified, verified_read_error};
 use crate::fs::VerityFs;
 use crate::image_fs::{ImageFs, Opening, IMAGE_TTL};
 use crate::readers::Job;
-use crate::spare::Spare;
+use crate::spare::{Charge, Spare};
 
 thread_local! {
     /// Each worker thread's read buffer, reused for every request.
@@ -190,13 +190,17 @@ impl std::ops::Deref for Served {
     }
 }
 
-/// Serves a request on inode `$key` (the one whose lock the kernel holds
-/// for it) with `$fs` (the filesystem) and `$buf` (a buffer for reads)
-/// running `$body`: on this fuser thread, or handed to a worker (see
-/// `spare`) with its borrowed arguments `$arg` copied (the body takes them
-/// as `&arg` either way).
+/// A request of `req`'s user charged to `object` (see `spare`).
+fn charge(req: &Request, object: u64) -> Charge {
+    Charge::new(req.uid(), object)
+}
+
+/// Serves a request with `$fs` (the filesystem) and `$buf` (a buffer for
+/// reads) running `$body`: on this fuser thread, or handed to a worker
+/// (see `spare`), charged to `$charge`, with its borrowed arguments `$arg`
+/// copied (the body takes them as `&arg` either way).
 macro_rules! serve {
-    ($self:ident, $key:expr, [$($arg:ident),*], |$fs:ident, $buf:ident| $body:block) => {{
+    ($self:ident, $charge:expr, [$($arg:ident),*], |$fs:ident, $buf:ident| $body:block) => {{
         if let Some(_serving) = $self.spare.serve_here() {
             let $fs: &VerityFs = &$self.fs;
             // Here `&arg` borrows a borrow.
@@ -205,7 +209,7 @@ macro_rules! serve {
         } else {
             $(let $arg = $arg.to_owned();)*
             let fs = $self.fs.clone();
-            $self.spare.hand_over($key, move |$buf| {
+            $self.spare.hand_over($charge, move |$buf| {
                 let $fs: &VerityFs = &fs;
                 $body
             });
@@ -234,8 +238,8 @@ impl Filesystem for Served {
         self.mount.release();
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        serve!(self, parent.0, [name], |fs, _buf| {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        serve!(self, charge(req, parent.0), [name], |fs, _buf| {
             let result = fs.inode(parent).and_then(|p| fs.lookup_child(&p, &name));
             reply_with!(reply, result, |(_, attr)| reply.entry(
                 &TTL,
@@ -249,8 +253,8 @@ impl Filesystem for Served {
         self.inodes.forget(ino, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        serve!(self, ino.0, [], |fs, _buf| {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        serve!(self, charge(req, ino.0), [], |fs, _buf| {
             let result = fs.inode(ino).and_then(|i| fs.attr(&i));
             reply_with!(reply, result, |attr| reply.attr(&TTL, &attr));
         })
@@ -280,14 +284,14 @@ impl Filesystem for Served {
             times: (atime, mtime),
         };
         let caller = caller(req);
-        serve!(self, ino.0, [], |fs, _buf| {
+        serve!(self, charge(req, ino.0), [], |fs, _buf| {
             let result = fs.set_attr(caller, ino, size, fh, change);
             reply_with!(reply, result, |attr| reply.attr(&TTL, &attr));
         })
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        serve!(self, ino.0, [], |fs, _buf| {
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        serve!(self, charge(req, ino.0), [], |fs, _buf| {
             let result = fs.inode(ino).and_then(|i| fs.read_link(&i));
             reply_with!(reply, result, |target| reply.data(&target));
         })
@@ -304,7 +308,7 @@ impl Filesystem for Served {
         reply: ReplyEntry,
     ) {
         let caller = caller(req);
-        serve!(self, parent.0, [name], |fs, _buf| {
+        serve!(self, charge(req, parent.0), [name], |fs, _buf| {
             let result = fs
                 .inode(parent)
                 .and_then(|p| fs.make_node(caller, &p, &name, mode, rdev));
@@ -326,7 +330,7 @@ impl Filesystem for Served {
         reply: ReplyEntry,
     ) {
         let caller = caller(req);
-        serve!(self, parent.0, [name], |fs, _buf| {
+        serve!(self, charge(req, parent.0), [name], |fs, _buf| {
             let result = fs
                 .inode(parent)
                 .and_then(|p| fs.make_dir(caller, &p, &name, mode));
@@ -340,7 +344,8 @@ impl Filesystem for Served {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let caller = caller(req);
-        serve!(self, parent.0, [name], |fs, _buf| {
+        let on = charge(req, parent.0).holding_more();
+        serve!(self, on, [name], |fs, _buf| {
             let result = fs
                 .inode(parent)
                 .and_then(|p| fs.remove(caller, &p, &name, false));
@@ -350,7 +355,8 @@ impl Filesystem for Served {
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let caller = caller(req);
-        serve!(self, parent.0, [name], |fs, _buf| {
+        let on = charge(req, parent.0).holding_more();
+        serve!(self, on, [name], |fs, _buf| {
             let result = fs
                 .inode(parent)
                 .and_then(|p| fs.remove(caller, &p, &name, true));
@@ -367,7 +373,8 @@ impl Filesystem for Served {
         reply: ReplyEntry,
     ) {
         let caller = caller(req);
-        serve!(self, parent.0, [link_name, target], |fs, _buf| {
+        let on = charge(req, parent.0);
+        serve!(self, on, [link_name, target], |fs, _buf| {
             let result = fs
                 .inode(parent)
                 .and_then(|p| fs.make_symlink(caller, &p, &link_name, &target));
@@ -390,7 +397,8 @@ impl Filesystem for Served {
         reply: ReplyEmpty,
     ) {
         let caller = caller(req);
-        serve!(self, parent.0, [name, newname], |fs, _buf| {
+        let on = charge(req, parent.0).holding_more();
+        serve!(self, on, [name, newname], |fs, _buf| {
             let result = fs
                 .inode(parent)
                 .and_then(|p| Ok((p, fs.inode(newparent)?)))
@@ -408,7 +416,8 @@ impl Filesystem for Served {
         reply: ReplyEntry,
     ) {
         let caller = caller(req);
-        serve!(self, newparent.0, [newname], |fs, _buf| {
+        let on = charge(req, newparent.0).holding_more();
+        serve!(self, on, [newname], |fs, _buf| {
             let result = fs
                 .inode(ino)
                 .and_then(|i| Ok((i, fs.inode(newparent)?)))
@@ -423,7 +432,7 @@ impl Filesystem for Served {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let caller = caller(req);
-        serve!(self, ino.0, [], |fs, _buf| {
+        serve!(self, charge(req, ino.0), [], |fs, _buf| {
             let result = fs.inode(ino).and_then(|i| fs.open_file(caller, &i, flags));
             reply_with!(reply, result, |(fh, fopen)| reply.opened(fh, fopen));
         })
@@ -431,7 +440,7 @@ impl Filesystem for Served {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -440,7 +449,7 @@ impl Filesystem for Served {
         _lock: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        serve!(self, ino.0, [], |fs, buf| {
+        serve!(self, charge(req, ino.0), [], |fs, buf| {
             reply_with!(reply, fs.read_file(fh, offset, size, buf), |n| reply
                 .data(&buf[..n]))
         })
@@ -448,7 +457,7 @@ impl Filesystem for Served {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -458,7 +467,7 @@ impl Filesystem for Served {
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        serve!(self, ino.0, [data], |fs, _buf| {
+        serve!(self, charge(req, ino.0), [data], |fs, _buf| {
             reply_with!(reply, fs.write_file(fh, offset, &data), |n| {
                 reply.written(n)
             });
@@ -492,20 +501,20 @@ impl Filesystem for Served {
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        serve!(self, ino.0, [], |fs, _buf| {
+        serve!(self, charge(req, ino.0), [], |fs, _buf| {
             reply_with!(reply, fs.fsync_file(fh, datasync), |()| reply.ok());
         })
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let caller = caller(req);
-        serve!(self, ino.0, [], |fs, _buf| {
+        serve!(self, charge(req, ino.0), [], |fs, _buf| {
             let result = fs.inode(ino).and_then(|i| fs.open_dir(caller, &i));
             reply_with!(reply, result, |fh| reply.opened(fh, FopenFlags::empty()));
         })
@@ -513,13 +522,13 @@ impl Filesystem for Served {
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        serve!(self, ino.0, [], |fs, _buf| {
+        serve!(self, charge(req, ino.0), [], |fs, _buf| {
             let result = fs.read_dir(fh, offset, |ino, next, kind, name| {
                 reply.add(INodeNo(ino), next, kind, name)
             });
@@ -541,20 +550,20 @@ impl Filesystem for Served {
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        serve!(self, ino.0, [], |fs, _buf| {
+        serve!(self, charge(req, ino.0), [], |fs, _buf| {
             let result = fs.inode(ino).and_then(|i| fs.sync_dir(&i, datasync));
             reply_with!(reply, result, |()| reply.ok());
         })
     }
 
-    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        serve!(self, ino.0, [], |fs, _buf| {
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        serve!(self, charge(req, ino.0), [], |fs, _buf| {
             reply_with!(reply, fs.stat_fs(), |s| reply.statfs(
                 s.f_blocks,
                 s.f_bfree,
@@ -579,7 +588,7 @@ impl Filesystem for Served {
         reply: ReplyEmpty,
     ) {
         let caller = caller(req);
-        serve!(self, ino.0, [name, value], |fs, _buf| {
+        serve!(self, charge(req, ino.0), [name, value], |fs, _buf| {
             let result = fs
                 .inode(ino)
                 .and_then(|i| fs.set_xattr(caller, &i, &name, &value, flags));
@@ -589,7 +598,7 @@ impl Filesystem for Served {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let caller = caller(req);
-        serve!(self, ino.0, [name], |fs, _buf| {
+        serve!(self, charge(req, ino.0), [name], |fs, _buf| {
             let result = fs
                 .inode(ino)
                 .and_then(|i| fs.get_xattr(caller, &i, &name, size));
@@ -599,7 +608,7 @@ impl Filesystem for Served {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let caller = caller(req);
-        serve!(self, ino.0, [], |fs, _buf| {
+        serve!(self, charge(req, ino.0), [], |fs, _buf| {
             let result = fs.inode(ino).and_then(|i| fs.list_xattr(caller, &i));
             reply_with!(reply, result, |names| xattr_reply(reply, size, &names));
         })
@@ -607,7 +616,7 @@ impl Filesystem for Served {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let caller = caller(req);
-        serve!(self, ino.0, [name], |fs, _buf| {
+        serve!(self, charge(req, ino.0), [name], |fs, _buf| {
             let result = fs
                 .inode(ino)
                 .and_then(|i| fs.remove_xattr(caller, &i, &name));
@@ -631,7 +640,7 @@ impl Filesystem for Served {
         reply: ReplyCreate,
     ) {
         let caller = caller(req);
-        serve!(self, parent.0, [name], |fs, _buf| {
+        serve!(self, charge(req, parent.0), [name], |fs, _buf| {
             let result = fs
                 .inode(parent)
                 .and_then(|p| fs.create_file(caller, &p, &name, mode, umask, flags));
@@ -647,7 +656,7 @@ impl Filesystem for Served {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -655,7 +664,7 @@ impl Filesystem for Served {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        serve!(self, ino.0, [], |fs, _buf| {
+        serve!(self, charge(req, ino.0), [], |fs, _buf| {
             reply_with!(reply, fs.allocate(fh, offset, length, mode), |()| reply
                 .ok());
         })
@@ -663,14 +672,14 @@ impl Filesystem for Served {
 
     fn lseek(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
-        serve!(self, ino.0, [], |fs, _buf| {
+        serve!(self, charge(req, ino.0), [], |fs, _buf| {
             reply_with!(reply, fs.seek_data(fh, offset, whence), |at| reply
                 .offset(at));
         })
@@ -688,7 +697,7 @@ impl Filesystem for Served {
         reply: ReplyIoctl,
     ) {
         let caller = caller(req);
-        serve!(self, ino.0, [in_data], |fs, _buf| {
+        serve!(self, charge(req, ino.0), [in_data], |fs, _buf| {
             let result = fs.ioctl_op(caller, fh, cmd, &in_data);
             // A measure, or the flags, say what the file holds: not while a
             // mapping may still show what it held before.

@@ -138,6 +138,16 @@ impl<J: Job> Readers<J> {
     /// Hands `job`, a read of file `file`, to a worker; gives it back if
     /// none can serve it (no worker could be started, or they stopped).
     pub(crate) fn submit(&self, file: u64, job: J) -> Result<(), J> {
+        self.offer(file, job, true)
+    }
+
+    /// [`Readers::submit`], but `job` fails at once (dropped unserved)
+    /// rather than wait for one of its file's workers.
+    pub(crate) fn submit_unless_busy(&self, file: u64, job: J) -> Result<(), J> {
+        self.offer(file, job, false)
+    }
+
+    fn offer(&self, file: u64, job: J, may_wait: bool) -> Result<(), J> {
         let mut state = self.shared.lock();
         while state.waiting >= MAX_WAITING && !state.stopped {
             state = wait(&self.shared.room, state);
@@ -146,7 +156,12 @@ impl<J: Job> Readers<J> {
             return Err(job);
         }
         let reads = state.files.entry(file).or_insert_with(FileReads::new);
-        if reads.running + reads.queued + reads.parked.len() >= PER_FILE + MAX_PARKED {
+        // Those queued ahead of it are taken first: with fewer than
+        // [`PER_FILE`] running and queued, it will not wait for them.
+        let busy = reads.running + reads.queued >= PER_FILE;
+        if reads.running + reads.queued + reads.parked.len() >= PER_FILE + MAX_PARKED
+            || (busy && !may_wait)
+        {
             drop(state);
             // Outside the lock: dropping a FUSE reply sends it.
             drop(job);
@@ -456,6 +471,36 @@ mod tests {
         wait_until(&readers, file_1(PER_FILE, MAX_PARKED));
         stuck.open();
         assert_eq!(served(finished), accepted);
+    }
+
+    /// A read that may not wait fails at once when its file's workers are
+    /// all busy, and is served when one is free.
+    #[test]
+    fn a_read_that_may_not_wait_fails_when_its_file_is_busy() {
+        let readers = Readers::new(IMAGE_WORKERS);
+        let stuck = Gate::default();
+        let (done, finished) = mpsc::channel();
+        submit(&readers, 1, &stuck, &done, 0..PER_FILE);
+        wait_until(&readers, file_1(PER_FILE, 0));
+        let open = Gate::default();
+        open.open();
+        let task = |number| Task {
+            gate: open.clone(),
+            done: done.clone(),
+            number,
+        };
+        assert!(readers.submit_unless_busy(1, task(1000)).is_ok());
+        assert!(readers.submit_unless_busy(2, task(2000)).is_ok());
+        assert_eq!(received(&finished, 1), [2000]);
+        assert_eq!(readers.shared.lock().waiting, 0, "a busy file's read waits");
+        stuck.open();
+        assert_eq!(
+            received(&finished, PER_FILE),
+            (0..PER_FILE).collect::<Vec<_>>()
+        );
+        wait_until(&readers, |state| state.files.is_empty());
+        assert!(readers.submit_unless_busy(1, task(1001)).is_ok());
+        assert_eq!(received(&finished, 1), [1001]);
     }
 
     /// A file's count of workers is kept right through panics: as many
