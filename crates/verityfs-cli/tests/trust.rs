@@ -1372,6 +1372,48 @@ failed = sorted({os.strerror(e.errno) for e in errors})
 print(f"{len(errors)} failed: {', '.join(failed)}" if errors else "done", flush=True)
 "#;
 
+/// `nobody`'s truncations (by [`TRUNCATOR`]) of files of its own in
+/// `shared`, a directory of mount `a` that all may write, stuck in the
+/// backing store: their locks held (see [`Held`]) with mount `b`.
+struct StuckTruncations {
+    locks: Held,
+    truncator: Program,
+}
+
+impl StuckTruncations {
+    /// Truncates `n` files, once `stuck` requests of `a` wait.
+    fn start(a: &Mount, b: &Mount, n: usize, stuck: usize) -> StuckTruncations {
+        let dir = a.backing("shared");
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, Permissions::from_mode(0o777)).unwrap();
+        let names: Vec<String> = (0..n).map(|i| format!("shared/held{i}")).collect();
+        let files: Vec<PathBuf> = names.iter().map(|name| a.backing(name)).collect();
+        for file in &files {
+            fs::write(file, b"x").unwrap();
+            std::os::unix::fs::chown(file, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        let paths: Vec<PathBuf> = names.iter().map(|name| a.path(name)).collect();
+        let args: Vec<&std::ffi::OsStr> = paths.iter().map(|p| p.as_os_str()).collect();
+        let mut truncator = Program::as_nobody(TRUNCATOR, &args);
+        let locks = Held::new(b, &files);
+        assert_eq!(truncator.send("go").as_deref(), Some("started"));
+        locks.wait_for_requests(a, stuck);
+        StuckTruncations { locks, truncator }
+    }
+
+    /// Releases the locks; what the truncator says once its truncations end.
+    fn end(self) -> String {
+        let StuckTruncations {
+            locks,
+            mut truncator,
+        } = self;
+        locks.release();
+        let answer = truncator.answer().expect("the truncator's answer");
+        assert!(truncator.status().success());
+        answer
+    }
+}
+
 /// A user with many requests stuck in the backing store (truncations of
 /// 72 files whose inode locks are held) holds no lock other users need: in
 /// the directory of those files, that user's lookups, root's creations and
@@ -1382,22 +1424,7 @@ print(f"{len(errors)} failed: {', '.join(failed)}" if errors else "done", flush=
 fn a_user_s_stuck_requests_leave_shared_directories_to_others() {
     const HELD: usize = 72;
     let (a, b) = (Mount::with_args(&["-o", "allow_other"]), Mount::new());
-    let dir = a.backing("shared");
-    fs::create_dir(&dir).unwrap();
-    fs::set_permissions(&dir, Permissions::from_mode(0o777)).unwrap();
-    let files: Vec<PathBuf> = (0..HELD).map(|i| dir.join(format!("held{i}"))).collect();
-    for file in &files {
-        fs::write(file, b"x").unwrap();
-        std::os::unix::fs::chown(file, Some(NOBODY), Some(NOBODY)).unwrap();
-    }
-    let through_mount: Vec<PathBuf> = (0..HELD)
-        .map(|i| a.path(&format!("shared/held{i}")))
-        .collect();
-    let args: Vec<&std::ffi::OsStr> = through_mount.iter().map(|p| p.as_os_str()).collect();
-    let mut truncator = Program::as_nobody(TRUNCATOR, &args);
-    let locks = Held::new(&b, &files);
-    assert_eq!(truncator.send("go").as_deref(), Some("started"));
-    locks.wait_for_requests(&a, HELD);
+    let stuck = StuckTruncations::start(&a, &b, HELD, HELD);
     let missing = a.path("shared/missing");
     let lookup = with_watchdog(
         "a lookup by the user whose requests are stuck",
@@ -1416,9 +1443,7 @@ fn a_user_s_stuck_requests_leave_shared_directories_to_others() {
     );
     // Reads wait for no inode lock, on a local filesystem or here.
     assert_eq!(created.unwrap(), b"x");
-    locks.release();
-    assert_eq!(truncator.answer().as_deref(), Some("done"));
-    assert!(truncator.status().success());
+    assert_eq!(stuck.end(), "done");
 }
 
 /// A user's requests stuck in the backing store take at most a quarter of
@@ -1430,33 +1455,16 @@ fn a_user_s_stuck_requests_take_a_bounded_share_of_the_workers() {
     // fuser's threads that serve requests themselves, and the user's share.
     const SERVED: usize = 3 + 256;
     let (a, b) = (Mount::with_args(&["-o", "allow_other"]), Mount::new());
-    let dir = a.backing("shared");
-    fs::create_dir(&dir).unwrap();
-    fs::set_permissions(&dir, Permissions::from_mode(0o777)).unwrap();
-    let files: Vec<PathBuf> = (0..HELD).map(|i| dir.join(format!("held{i}"))).collect();
-    for file in &files {
-        fs::write(file, b"x").unwrap();
-        std::os::unix::fs::chown(file, Some(NOBODY), Some(NOBODY)).unwrap();
-    }
     fs::write(a.path("other"), b"another file").unwrap();
-    let through_mount: Vec<PathBuf> = (0..HELD)
-        .map(|i| a.path(&format!("shared/held{i}")))
-        .collect();
-    let args: Vec<&std::ffi::OsStr> = through_mount.iter().map(|p| p.as_os_str()).collect();
-    let mut truncator = Program::as_nobody(TRUNCATOR, &args);
-    let locks = Held::new(&b, &files);
-    assert_eq!(truncator.send("go").as_deref(), Some("started"));
-    locks.wait_for_requests(&a, SERVED);
+    let stuck = StuckTruncations::start(&a, &b, HELD, SERVED);
     let other = a.path("other");
     let read = with_watchdog("root's read", Duration::from_secs(10), move || {
         fs::read(other)
     });
     assert_eq!(read.unwrap(), b"another file");
-    locks.release();
     let failed = HELD - SERVED;
     assert_eq!(
-        truncator.answer(),
-        Some(format!("{failed} failed: {}", strerror(libc::EIO)))
+        stuck.end(),
+        format!("{failed} failed: {}", strerror(libc::EIO))
     );
-    assert!(truncator.status().success());
 }
