@@ -1290,9 +1290,11 @@ impl Held {
         }
     }
 
-    /// Waits until `m`'s connection has `n` requests waiting.
-    fn wait_for_requests(&self, m: &Mount, n: usize) {
-        self.connections.wait_for_waiting(device(m), n, || {
+    /// Waits until the connection of `m`, whose device number is `device`,
+    /// has `n` requests waiting. (Read before: the stat of its root may
+    /// be a request, taking one of fuser's threads for a moment.)
+    fn wait_for_requests(&self, m: &Mount, device: u64, n: usize) {
+        self.connections.wait_for_waiting(device, n, || {
             self.holder.kernel_stacks() + "daemon:\n" + &kernel_stacks(m.daemon_pid())
         });
     }
@@ -1330,6 +1332,7 @@ fn requests_stuck_in_the_backing_store_leave_the_mount_serving() {
     }
     fs::write(a.path("other"), b"another file").unwrap();
     let files: Vec<PathBuf> = held.iter().map(|name| a.backing(name)).collect();
+    let device = device(&a);
     let locks = Held::new(&b, &files);
     let truncations: Vec<_> = held
         .iter()
@@ -1338,7 +1341,7 @@ fn requests_stuck_in_the_backing_store_leave_the_mount_serving() {
             std::thread::spawn(move || OpenOptions::new().write(true).open(path)?.set_len(0))
         })
         .collect();
-    locks.wait_for_requests(&a, HELD);
+    locks.wait_for_requests(&a, device, HELD);
     let other = a.path("other");
     let read = with_watchdog(
         "a read with truncations stuck",
@@ -1395,9 +1398,10 @@ impl StuckTruncations {
         let paths: Vec<PathBuf> = names.iter().map(|name| a.path(name)).collect();
         let args: Vec<&std::ffi::OsStr> = paths.iter().map(|p| p.as_os_str()).collect();
         let mut truncator = Program::as_nobody(TRUNCATOR, &args);
+        let device = device(a);
         let locks = Held::new(b, &files);
         assert_eq!(truncator.send("go").as_deref(), Some("started"));
-        locks.wait_for_requests(a, stuck);
+        locks.wait_for_requests(a, device, stuck);
         StuckTruncations { locks, truncator }
     }
 
