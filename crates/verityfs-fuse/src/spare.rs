@@ -23,7 +23,8 @@
 //! lookup behind the user's own stuck truncations would hold its
 //! directory's lock, and every other user's creations there would wait for
 //! it. A request for which the kernel also holds the locks of other
-//! objects (a rename's, a link's, a removal's) fails rather than wait.
+//! objects (a rename's, a link's, a removal's) fails rather than wait for
+//! them.
 //!
 //! Each user also has at most [`PER_USER`] requests handed over at once;
 //! the next ones fail at once (`EIO`): they do not wait, which would hold
