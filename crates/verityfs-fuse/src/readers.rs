@@ -22,22 +22,22 @@
 //!   a read waiting for a worker has no buffer yet;
 //! - at most [`MAX_WAITING`] reads wait for a worker (a few dozen bytes
 //!   each, plus a handed-over write's data); beyond that the thread
-//!   handing one over waits for room. Only
-//!   thousands of reads at once get there, each a user's thread blocked
-//!   in the kernel; at most [`MAX_PARKED`] of them for one file (see
-//!   below), further ones fail at once.
+//!   handing one over waits for room. Only thousands of reads at once get
+//!   there, each a user's thread blocked in the kernel; at most
+//!   [`MAX_PARKED`] of them for one file (see below), further ones fail at
+//!   once.
 //!
 //! Fairness: reads are taken in arrival order, but at most [`PER_FILE`]
 //! workers serve one file at a time; its further reads wait, in order,
 //! for one of them. Reads of other files (in memory, in the disk cache,
 //! on a server that answers) thus find a worker unless enough files have
 //! [`PER_FILE`] reads stuck at once to take every worker (two, on an
-//! image's mount). The cap is not smaller because
-//! a read's deadline starts when a worker runs it: with a cap of `c`, the
-//! `n`-th reader of a stalled file fails after `⌈n/c⌉` deadlines. With
-//! half the workers, 64 readers of a stalled file all fail after one,
-//! while a plain stream (at most 16 reads in flight, the kernel's limit
-//! on read-ahead) never meets the cap.
+//! image's mount). The cap is not smaller because a read's deadline
+//! starts when a worker runs it: with a cap of `c`, the `n`-th reader of
+//! a stalled file fails after `⌈n/c⌉` deadlines. With half an image's
+//! workers, 64 readers of a stalled file all fail after one, while a plain
+//! stream (at most 16 reads in flight, the kernel's limit on read-ahead)
+//! never meets the cap.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
