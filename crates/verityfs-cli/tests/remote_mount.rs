@@ -410,6 +410,51 @@ fn a_stalled_server_fails_reads_in_time() {
     println!("EIO after: read {read:?}, stream {stream:?}, open {opened:?}");
 }
 
+/// A server whose error answers carry a page of any size: the daemon
+/// keeps only its start, in memory and in its log, at mount time and for
+/// the reads of a mount.
+#[test]
+fn an_error_page_of_any_size_is_neither_held_nor_logged_whole() {
+    const PAGE: u64 = 256 << 20;
+    const MORE_KIB: u64 = 64 << 10;
+    const LOGGED: usize = 64 << 10;
+    let served = Served::new(1 << 20);
+    let proxy = Proxy::start(served.nginx.addr()).unwrap();
+    let mount = served.mount(&proxy.url(), &[TIMEOUT]);
+    let peak_kib = || peak_rss_kib(mount.daemon_pid().as_raw_nonzero().get());
+    let before = peak_kib();
+    proxy.set(on_objects(Faults {
+        status: Some(404),
+        status_body: PAGE,
+        ..Faults::default()
+    }));
+    let (opened, took) = open(&mount.path("big"));
+    assert_eq!(opened.err().and_then(|e| e.raw_os_error()), Some(libc::EIO));
+    let (after, log) = (peak_kib(), mount.log());
+    assert!(
+        after < before + MORE_KIB,
+        "the daemon's peak RSS grew from {before} to {after} KiB"
+    );
+    assert!(log.len() < LOGGED, "{} bytes logged", log.len());
+    assert!(log.contains("404"), "{log}");
+
+    proxy.set(Faults {
+        status: Some(404),
+        status_body: PAGE,
+        ..Faults::default()
+    });
+    let stderr = mount_fails_from(&served, &proxy.url(), &[TIMEOUT]);
+    assert!(stderr.len() < LOGGED, "{} bytes printed", stderr.len());
+    assert!(stderr.contains("404"), "{stderr}");
+    println!(
+        "a 404 with a {} MiB page: open failed in {took:?}, the daemon's peak RSS \
+         {before} -> {after} KiB, {} bytes logged; a failed mount printed {} bytes",
+        PAGE >> 20,
+        log.len(),
+        stderr.len()
+    );
+}
+
 /// The `--timeout` of the tests of many calls waiting on a stalled server:
 /// long enough that they still wait while the rest of the mount is used.
 const LONG_TIMEOUT: u64 = 20;
@@ -772,6 +817,11 @@ fn the_disk_cache_serves_a_remount_without_the_network() {
 /// stderr. A mount that appears instead is taken down (its daemon killed,
 /// then lazily unmounted) before the test fails.
 fn mount_fails(served: &Served, args: &[&str]) -> String {
+    mount_fails_from(served, &served.nginx.url(), args)
+}
+
+/// [`mount_fails`] from the server at `base` (`http://HOST:PORT/`).
+fn mount_fails_from(served: &Served, base: &str, args: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let (mnt, log) = (dir.path().join("mnt"), dir.path().join("log"));
     fs::create_dir(&mnt).unwrap();
@@ -779,7 +829,7 @@ fn mount_fails(served: &Served, args: &[&str]) -> String {
     let mut daemon = Spawned::new(
         Command::new(VERITYFS)
             .arg("mount")
-            .arg(format!("{}image", served.nginx.url()))
+            .arg(format!("{base}image"))
             .arg(&mnt)
             .arg(format!("--digest={}", served.image.digest))
             .args(args)
@@ -966,17 +1016,8 @@ fn memory_stays_bounded_while_a_large_file_streams() {
     const BOUND_KIB: u64 = 300 << 10;
     let served = Served::new(SIZE);
     let mount = served.mount(&served.nginx.url(), &[]);
-    let pid = mount.daemon_pid().as_raw_nonzero();
-    let status = format!("/proc/{pid}/status");
-    let kib = |field: &str| -> u64 {
-        let text = fs::read_to_string(&status).unwrap();
-        let line = text
-            .lines()
-            .find_map(|l| l.strip_prefix(field))
-            .unwrap_or_else(|| panic!("no {field} in {text}"));
-        line.trim().trim_end_matches("kB").trim().parse().unwrap()
-    };
-    let before = kib("VmHWM:");
+    let pid = mount.daemon_pid().as_raw_nonzero().get();
+    let before = peak_rss_kib(pid);
     let (mnt, src) = (mount.path("big"), served.image.src.join("big"));
     let (checked, took) = timed("stream", move || {
         let (mut served, mut original) = (File::open(mnt)?, File::open(src)?);
@@ -991,7 +1032,7 @@ fn memory_stays_bounded_while_a_large_file_streams() {
         Ok(true)
     });
     assert!(checked.unwrap(), "wrong bytes");
-    let peak = kib("VmHWM:");
+    let peak = peak_rss_kib(pid);
     assert!(peak < BOUND_KIB, "peak RSS {peak} KiB");
     println!(
         "streaming {} MiB in {took:?}: the daemon's peak RSS {} MiB (before: {} MiB)",
@@ -999,4 +1040,14 @@ fn memory_stays_bounded_while_a_large_file_streams() {
         peak >> 10,
         before >> 10
     );
+}
+
+/// The peak resident memory of process `pid` so far, in KiB.
+fn peak_rss_kib(pid: i32) -> u64 {
+    let text = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .unwrap_or_else(|| panic!("no VmHWM in {text}"));
+    line.trim().trim_end_matches("kB").trim().parse().unwrap()
 }

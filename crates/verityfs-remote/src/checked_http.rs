@@ -1,13 +1,19 @@
 //! object_store's HTTP client, with the responses it cannot take refused
-//! before it sees them.
+//! or cut before it sees them.
 //!
 //! object_store computes the end of a `Content-Range` as its last byte
 //! plus one: a server that names the largest 64-bit offset as the last
 //! byte makes that overflow, which panics where overflow checks are on
 //! (and wraps otherwise). Such a response is refused here with an error,
 //! as a server's other lies are.
+//!
+//! It also reads the body of an error response (a 404, a 5xx) whole into
+//! the error's message, however large: a server could make the daemon hold
+//! gigabytes, and write them to its log. Only the start of such a body is
+//! kept, enough for the reason a store gives (S3's error code).
 
 use async_trait::async_trait;
+use futures_util::StreamExt;
 use object_store::client::{
     HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService,
     ReqwestConnector,
@@ -31,12 +37,41 @@ struct Checked(HttpClient);
 impl HttpService for Checked {
     async fn call(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
         let response = self.0.execute(request).await?;
+        if !response.status().is_success() {
+            return Ok(cut_error_body(response).await);
+        }
         let range = response.headers().get("content-range");
         match range.and_then(|v| v.to_str().ok()).and_then(last_byte) {
             Some(u64::MAX) => Err(HttpError::new(HttpErrorKind::Decode, UnusableRange)),
             _ => Ok(response),
         }
     }
+}
+
+/// The most bytes of an error response's body kept for its message.
+const ERROR_BODY_BYTES: usize = 1024;
+
+/// `response` with its body cut to its first [`ERROR_BODY_BYTES`], as
+/// text that a log can show (no control characters, valid UTF-8). The rest
+/// is never read: the connection is dropped with it.
+async fn cut_error_body(response: HttpResponse) -> HttpResponse {
+    let (parts, body) = response.into_parts();
+    let mut frames = body.bytes_stream();
+    let mut kept = Vec::new();
+    while kept.len() < ERROR_BODY_BYTES {
+        match frames.next().await {
+            Some(Ok(bytes)) => {
+                let room = ERROR_BODY_BYTES - kept.len();
+                kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
+            }
+            _ => break,
+        }
+    }
+    let text: String = String::from_utf8_lossy(&kept)
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    HttpResponse::from_parts(parts, text.into())
 }
 
 /// The last byte a `Content-Range` of the form `bytes A-B/SIZE` names.

@@ -41,6 +41,9 @@ pub struct Faults {
     /// Answer every request with this status and an empty body, without
     /// contacting the upstream server.
     pub status: Option<u16>,
+    /// The body of the answers `status` gives: this many bytes of text
+    /// instead of none (a server that sends its error page, however large).
+    pub status_body: u64,
     /// Read each request's head but do not answer until this is cleared
     /// (the request is then forwarded) or the proxy is dropped (the
     /// connection is then closed).
@@ -335,14 +338,14 @@ fn serve(shared: &Shared, registration: &Registration, client: TcpStream) -> io:
                 &mut Forward(io::sink()),
                 &mut buf,
             )?;
-            answer(client.get_mut(), status)?;
+            answer(client.get_mut(), status, faults.status_body)?;
             continue;
         }
         let server = match &mut upstream {
             Some(server) => server,
             None => match connect(shared, registration) {
                 Ok(server) => upstream.insert(server),
-                Err(_) => return answer(client.get_mut(), 502),
+                Err(_) => return answer(client.get_mut(), 502, 0),
             },
         };
         server.get_mut().write_all(&request.raw)?;
@@ -355,7 +358,7 @@ fn serve(shared: &Shared, registration: &Registration, client: TcpStream) -> io:
         let Some(response) = read_response(server, client.get_mut())? else {
             // The server closed the connection without answering: one it
             // kept alive timed out (or it failed).
-            return answer(client.get_mut(), 502);
+            return answer(client.get_mut(), 502, 0);
         };
         client.get_mut().write_all(&response.raw)?;
         let framing = wire::response_framing(method, &response)?;
@@ -402,14 +405,23 @@ fn read_response(
     }
 }
 
-/// Answers the client with `status` and an empty body. A 502 (no answer
-/// from the server) closes the connection; other statuses keep it.
-fn answer(client: &mut TcpStream, status: u16) -> io::Result<()> {
+/// Answers the client with `status` and a body of `body` bytes of text.
+/// A 502 (no answer from the server) closes the connection; other
+/// statuses keep it.
+fn answer(client: &mut TcpStream, status: u16, body: u64) -> io::Result<()> {
     let connection = if status == 502 { "close" } else { "keep-alive" };
     write!(
         client,
-        "HTTP/1.1 {status} Injected\r\nContent-Length: 0\r\nConnection: {connection}\r\n\r\n"
-    )
+        "HTTP/1.1 {status} Injected\r\nContent-Length: {body}\r\nConnection: {connection}\r\n\r\n"
+    )?;
+    let page = [b'x'; 64 << 10];
+    let mut left = body;
+    while left > 0 {
+        let n = left.min(page.len() as u64);
+        client.write_all(&page[..n as usize])?;
+        left -= n;
+    }
+    Ok(())
 }
 
 /// Ends a client connection as `cut` says.
