@@ -556,9 +556,25 @@ impl CachedObject {
         let _ = self.map.set_len(0);
     }
 
+    /// Whether its files were removed from the cache, by this mount or
+    /// by another one sharing the directory (which cannot tell this one):
+    /// then it stops using them, as [`CachedObject::evicted`] says.
+    fn is_evicted(&self) -> bool {
+        if self.evicted.load(Ordering::Relaxed) {
+            return true;
+        }
+        let removed = rustix::fs::fstat(&self.data).is_ok_and(|st| st.st_nlink == 0);
+        if removed {
+            self.evicted();
+        }
+        removed
+    }
+
     /// Fills `buf` from `pos` if every block it touches is held.
     pub(crate) fn read(&self, buf: &mut [u8], pos: u64) -> bool {
-        self.lock().holds(pos, buf.len() as u64) && self.data.read_exact_at(buf, pos).is_ok()
+        !self.is_evicted()
+            && self.lock().holds(pos, buf.len() as u64)
+            && self.data.read_exact_at(buf, pos).is_ok()
     }
 
     /// Keeps `bytes`, fetched from `pos` of an object of `size` bytes: the
@@ -569,7 +585,7 @@ impl CachedObject {
         let Some(end) = pos.checked_add(bytes.len() as u64) else {
             return;
         };
-        if size > self.cache.largest || end > size || self.evicted.load(Ordering::Relaxed) {
+        if size > self.cache.largest || end > size || self.is_evicted() {
             return;
         }
         // From here on, offsets are at most `MAX_OBJECT` and a block.
@@ -927,6 +943,29 @@ mod tests {
         let object = cache.object(&name(1)).unwrap();
         assert!(read_range(&object, 0..3 * BLOCK).is_some());
         assert!(read_range(&object, 3 * BLOCK..4 * BLOCK).is_none());
+    }
+
+    #[test]
+    fn an_object_another_mount_evicted_gives_its_space_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let max = 64 * BLOCK;
+        let a = DiskCache::open(&dir.path().join("cache"), max).unwrap();
+        let b = DiskCache::open(&dir.path().join("cache"), max).unwrap();
+        let size = 40 * BLOCK;
+        let data = vec![5; size as usize];
+        let held = a.object(&name(1)).unwrap();
+        held.record(&data[..20 * BLOCK as usize], 0, size);
+        assert!(read_range(&held, 0..BLOCK).is_some());
+        // b fills the cache: a's object, the least recently used, goes.
+        for i in [2, 3] {
+            b.object(&name(i)).unwrap().record(&data, 0, size);
+        }
+        assert!(!dir.path().join("cache").join(name(1)).exists());
+        // a finds out at its next read or write, and keeps nothing more.
+        assert!(read_range(&held, 0..BLOCK).is_none());
+        held.record(&data[20 * BLOCK as usize..], 20 * BLOCK, size);
+        assert_eq!(held.data.metadata().unwrap().len(), 0);
+        assert!(read_range(&held, 20 * BLOCK..21 * BLOCK).is_none());
     }
 
     #[test]
