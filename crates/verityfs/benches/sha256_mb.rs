@@ -44,6 +44,8 @@ fn bench(c: &mut Criterion) {
     if !sha_ni {
         eprintln!("WARNING: this CPU lacks SHA-NI: only the Portable backend is measured");
     }
+    // What the library hashes with here (timed at its first use).
+    eprintln!("Backend::best() on this CPU: {:?}", Backend::best());
     for backend in Backend::ALL {
         let prefix = Sha256Prefix::with_backend(b"", backend);
         let runs_here = sha_ni || backend == Backend::Portable;

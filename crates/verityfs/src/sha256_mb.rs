@@ -33,6 +33,9 @@
 //! is public (hidden from the documentation) only for the benchmark in
 //! `benches/sha256_mb.rs`, which compares its backends.
 
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
 use sha2::block_api::compress256;
 use sha2::{Digest as _, Sha256};
 
@@ -82,16 +85,19 @@ impl Backend {
         Backend::ShaNi4,
     ];
 
-    /// The fastest backend this CPU runs. Four lanes beat two by 5-10% on
-    /// the Zen 5 it was measured on, although two already nearly saturate
-    /// its SHA unit; on cores with more `sha256rnds2` in flight the gap is
-    /// larger.
-    pub(crate) fn best() -> Backend {
-        if ShaNi::detect().is_some() {
-            Backend::ShaNi4
-        } else {
-            Backend::Portable
-        }
+    /// The fastest backend this CPU runs, timed the first time it is asked
+    /// for (about a millisecond), as the kernel picks its RAID and XOR
+    /// routines. Which one wins depends on the core, not only on its
+    /// features: four lanes beat two by 5-10% on the Zen 5 this module was
+    /// written on, while on an Ice Lake Xeon four lanes are 15-25% slower
+    /// than one or two (the interleaved state no longer fits the registers,
+    /// and that core's SHA unit gains little from more in flight).
+    pub fn best() -> Backend {
+        static BEST: OnceLock<Backend> = OnceLock::new();
+        *BEST.get_or_init(|| match ShaNi::detect() {
+            Some(_) => fastest(&[Backend::ShaNi1, Backend::ShaNi2, Backend::ShaNi4]),
+            None => Backend::Portable,
+        })
     }
 
     /// How many blocks the SHA-NI code may hash at once; 0 for `Portable`.
@@ -103,6 +109,31 @@ impl Backend {
             Backend::ShaNi4 => 4,
         }
     }
+}
+
+/// The backend among `candidates` (all supported) that hashed the same
+/// 16 blocks of 4 KiB fastest, each timed in several rounds taken in turn
+/// and judged by its best round: the one least disturbed by other work.
+/// A tie goes to the earlier one.
+fn fastest(candidates: &[Backend]) -> Backend {
+    const BLOCKS: usize = 16;
+    const ROUNDS: usize = 5;
+    let blocks = vec![0x5a; BLOCKS * 4096];
+    let mut out = [0; BLOCKS * DIGEST_SIZE];
+    let prefixes: Vec<Sha256Prefix> = candidates
+        .iter()
+        .filter_map(|&b| Sha256Prefix::with_backend(b"", b))
+        .collect();
+    let mut best = vec![Duration::MAX; prefixes.len()];
+    for _ in 0..ROUNDS {
+        for (prefix, best) in prefixes.iter().zip(&mut best) {
+            let start = Instant::now();
+            prefix.hash_blocks(&blocks, 4096, &mut out);
+            *best = (*best).min(start.elapsed());
+        }
+    }
+    let fastest = (0..prefixes.len()).min_by_key(|&i| best[i]);
+    fastest.map_or(Backend::Portable, |i| prefixes[i].backend)
 }
 
 /// The SHA-256 state after a zero-padded salt, from which every block's
@@ -628,6 +659,18 @@ mod tests {
         available
     }
 
+    #[test]
+    fn sha_ni_is_used_when_the_cpu_has_it_in_its_fastest_form() {
+        let best = Backend::best();
+        assert!(supported_backends().contains(&best), "{best:?}");
+        assert_eq!(cpu_has_sha_ni(), best != Backend::Portable, "{best:?}");
+        assert_eq!(Backend::best(), best);
+        assert_eq!(Sha256Prefix::new(b"").backend, best);
+        for only in supported_backends() {
+            assert_eq!(fastest(&[only]), only);
+        }
+    }
+
     fn hash_with(backend: Backend, salt: &[u8], blocks: &[u8], block_size: usize) -> Vec<u8> {
         let prefix = Sha256Prefix::with_backend(salt, backend).expect("supported backend");
         assert_eq!(prefix.backend, backend);
@@ -745,17 +788,6 @@ mod tests {
         let mut out = vec![0u8; 5 * DIGEST_SIZE];
         prefix.hash_blocks(&blocks, 4096, &mut out);
         assert_eq!(out, reference(b"salt", &blocks, 4096));
-    }
-
-    #[test]
-    fn sha_ni_is_used_when_the_cpu_has_it() {
-        let expected = if cpu_has_sha_ni() {
-            Backend::ShaNi4
-        } else {
-            Backend::Portable
-        };
-        assert_eq!(Backend::best(), expected);
-        assert_eq!(Sha256Prefix::new(b"").backend, expected);
     }
 
     #[test]
