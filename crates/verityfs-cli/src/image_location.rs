@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use verityfs::image::{DirStore, Store};
-use verityfs_remote::{RemoteOptions, RemoteStore};
+use verityfs_remote::{without_credentials, RemoteOptions, RemoteStore};
 
 use crate::error::{Error, Result};
 use crate::output::quote;
@@ -66,7 +66,11 @@ impl ImageLocation {
                 Ok(Arc::new(s) as _)
             }),
         };
-        opened.map_err(|e| Error::io(quote("can't open image '", &self.name(), "'"), &e))
+        let shown = match self {
+            ImageLocation::Http(url) => without_credentials(url).into(),
+            _ => self.name(),
+        };
+        opened.map_err(|e| Error::io(quote("can't open image '", &shown, "'"), &e))
     }
 
     /// The remote store of an `http(s)://` or `s3://` location.

@@ -1,4 +1,5 @@
-//! Command-line errors of `stats` and `verify` on the wrong kind of path:
+//! Command-line errors of `stats` and `verify` on the wrong kind of path,
+//! and of `mount` given a URL with credentials:
 //! each names the real problem and fails.
 
 mod common;
@@ -57,4 +58,25 @@ fn verify_of_something_that_is_no_file_fails() {
     assert_eq!(out.status.code(), Some(1));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("1 not verity"), "{stdout}");
+}
+
+#[test]
+fn a_url_with_credentials_is_refused_without_repeating_them() {
+    let (_dir, base) = temp_dir();
+    let digest = format!("--digest=sha256:{}", "0".repeat(64));
+    for url in [
+        "http://alice:s3cret@127.0.0.1:1/img",
+        "HTTP:///alice:s3cret@127.0.0.1:1/img",
+    ] {
+        let out = run(Command::new(VERITYFS)
+            .arg("mount")
+            .arg(url)
+            .arg(&base)
+            .arg(&digest)
+            .stdin(std::process::Stdio::null()));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{url}: {err}");
+        assert!(err.contains("user name or password"), "{url}: {err}");
+        assert!(!err.contains("alice") && !err.contains("s3cret"), "{err}");
+    }
 }

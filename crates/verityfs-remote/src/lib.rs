@@ -13,6 +13,7 @@
 
 mod checked_http;
 mod chunks;
+mod credentials;
 mod disk;
 mod errors;
 mod fetch;
@@ -22,6 +23,7 @@ mod runtime;
 mod store;
 mod upload;
 
+pub use credentials::without_credentials;
 pub use options::RemoteOptions;
 pub use store::RemoteStore;
 pub use upload::Uploaded;
