@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
-use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags, Stat};
+use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, ResolveFlags, Stat, StatxFlags};
 use rustix::io::Errno;
 use verityfs::safe_dir::{open_dir, PathError};
 
@@ -563,7 +563,14 @@ impl CachedObject {
         if self.evicted.load(Ordering::Relaxed) {
             return true;
         }
-        let removed = rustix::fs::fstat(&self.data).is_ok_and(|st| st.st_nlink == 0);
+        // Either file: another mount may have made a new data file beside
+        // a map about to go. Only the link count is asked for (a full
+        // `stat` would make every later write take a fine-grained time).
+        let unlinked = |file: &File| {
+            rustix::fs::statx(file, "", AtFlags::EMPTY_PATH, StatxFlags::NLINK)
+                .is_ok_and(|st| st.stx_nlink == 0)
+        };
+        let removed = unlinked(&self.data) || unlinked(&self.map);
         if removed {
             self.evicted();
         }
@@ -961,11 +968,19 @@ mod tests {
             b.object(&name(i)).unwrap().record(&data, 0, size);
         }
         assert!(!dir.path().join("cache").join(name(1)).exists());
-        // a finds out at its next read or write, and keeps nothing more.
-        assert!(read_range(&held, 0..BLOCK).is_none());
+        // a finds out at its next write (or read), and keeps nothing more.
         held.record(&data[20 * BLOCK as usize..], 20 * BLOCK, size);
         assert_eq!(held.data.metadata().unwrap().len(), 0);
+        assert!(read_range(&held, 0..BLOCK).is_none());
         assert!(read_range(&held, 20 * BLOCK..21 * BLOCK).is_none());
+        // Only the map gone (a new data file made beside it meanwhile): a
+        // read finds out.
+        let other = a.object(&name(4)).unwrap();
+        other.record(&data[..BLOCK as usize], 0, size);
+        assert!(read_range(&other, 0..BLOCK).is_some());
+        std::fs::remove_file(dir.path().join("cache").join(format!("{}.map", name(4)))).unwrap();
+        assert!(read_range(&other, 0..BLOCK).is_none());
+        assert_eq!(other.data.metadata().unwrap().len(), 0);
     }
 
     #[test]
