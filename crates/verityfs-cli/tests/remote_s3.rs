@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::images::*;
 use common::*;
-use verityfs_testnet::{Moto, Proxy};
+use verityfs_testnet::{Faults, Moto, Proxy};
 
 /// The big file's size: more than one 8 MiB part of a multipart upload,
 /// and not a multiple of the block size.
@@ -224,6 +224,31 @@ fn a_second_publish_keeps_the_objects() {
     assert_eq!(proxy.requests(), objects + 1);
     let mount = image.mount_with(&image.env(), &[]);
     assert_same_contents(&mount.mnt, &image.src);
+}
+
+/// A store whose answer to the start of a multipart upload (the big
+/// file's) is a 256 MiB page: `publish` fails at once, without reading it.
+#[test]
+fn a_huge_answer_to_an_upload_fails_the_publish_unread() {
+    let image = S3Image::publish();
+    let proxy = Proxy::start(image.moto().addr()).unwrap();
+    proxy.set(Faults {
+        status: Some(200),
+        status_body: 256 << 20,
+        only_path_containing: Some("?uploads".into()),
+        ..Faults::default()
+    });
+    let started = Instant::now();
+    let out = run(Command::new(VERITYFS)
+        .arg("publish")
+        .arg(&image.src)
+        .arg(format!("s3://{BUCKET}/elsewhere"))
+        .envs(through(&proxy, &image.env())));
+    let (took, err) = (started.elapsed(), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("larger than 1048576 bytes"), "{err}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    println!("publish failed in {took:?}: {}", err.trim());
 }
 
 #[test]

@@ -7,16 +7,21 @@
 //! (and wraps otherwise). Such a response is refused here with an error,
 //! as a server's other lies are.
 //!
-//! It also reads the body of an error response (a 404, a 5xx) whole into
-//! the error's message, however large: a server could make the daemon hold
-//! gigabytes, and write them to its log. Only the start of such a body is
-//! kept, enough for the reason a store gives (S3's error code).
+//! It also reads some bodies whole, however large: an error response's
+//! into the error's message (a server could make the daemon hold
+//! gigabytes, and write them to its log), and the answers to S3's other
+//! requests (a multipart upload's), which it parses. Only the start of an
+//! error's body is kept, enough for the reason a store gives (S3's error
+//! code), and none of one that object_store retries (a stalled body would
+//! cost a timeout before each retry); an answer to anything but a `GET`
+//! larger than 1 MiB is refused. The bodies of `GET`s, the ranges of
+//! objects, are bounded where they are read (`fetch`).
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use object_store::client::{
-    HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse, HttpService,
-    ReqwestConnector,
+    HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
+    HttpResponseBody, HttpService, ReqwestConnector,
 };
 use object_store::ClientOptions;
 
@@ -36,9 +41,18 @@ struct Checked(HttpClient);
 #[async_trait]
 impl HttpService for Checked {
     async fn call(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
+        let get = request.method().as_str() == "GET";
         let response = self.0.execute(request).await?;
-        if !response.status().is_success() {
+        let status = response.status();
+        if retried(status.as_u16()) {
+            let (parts, _) = response.into_parts();
+            return Ok(HttpResponse::from_parts(parts, Vec::new().into()));
+        }
+        if !status.is_success() {
             return Ok(cut_error_body(response).await);
+        }
+        if !get {
+            return small_answer(response).await;
         }
         let range = response.headers().get("content-range");
         match range.and_then(|v| v.to_str().ok()).and_then(last_byte) {
@@ -51,27 +65,63 @@ impl HttpService for Checked {
 /// The most bytes of an error response's body kept for its message.
 const ERROR_BODY_BYTES: usize = 1024;
 
+/// The largest answer to a request other than a `GET` taken.
+const ANSWER_BYTES: usize = 1 << 20;
+
+/// Whether object_store retries a response with `status` (a server error,
+/// too many requests, a request timeout).
+fn retried(status: u16) -> bool {
+    status >= 500 || status == 429 || status == 408
+}
+
 /// `response` with its body cut to its first [`ERROR_BODY_BYTES`], as
 /// text that a log can show (no control characters, valid UTF-8). The rest
 /// is never read: the connection is dropped with it.
 async fn cut_error_body(response: HttpResponse) -> HttpResponse {
     let (parts, body) = response.into_parts();
-    let mut frames = body.bytes_stream();
-    let mut kept = Vec::new();
-    while kept.len() < ERROR_BODY_BYTES {
-        match frames.next().await {
-            Some(Ok(bytes)) => {
-                let room = ERROR_BODY_BYTES - kept.len();
-                kept.extend_from_slice(&bytes[..bytes.len().min(room)]);
-            }
-            _ => break,
-        }
-    }
+    let (kept, _) = read_at_most(body, ERROR_BODY_BYTES).await;
     let text: String = String::from_utf8_lossy(&kept)
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
     HttpResponse::from_parts(parts, text.into())
+}
+
+/// `response` read whole, if its body has at most [`ANSWER_BYTES`].
+async fn small_answer(response: HttpResponse) -> Result<HttpResponse, HttpError> {
+    let (parts, body) = response.into_parts();
+    match read_at_most(body, ANSWER_BYTES).await {
+        (kept, Ending::Whole) => Ok(HttpResponse::from_parts(parts, kept.into())),
+        (_, Ending::Longer) => Err(HttpError::new(HttpErrorKind::Decode, TooLarge)),
+        (_, Ending::Failed(e)) => Err(e),
+    }
+}
+
+/// How reading a body stopped.
+enum Ending {
+    Whole,
+    Longer,
+    Failed(HttpError),
+}
+
+/// The first bytes of `body`, at most `limit`, and why the read stopped.
+async fn read_at_most(body: HttpResponseBody, limit: usize) -> (Vec<u8>, Ending) {
+    let mut frames = body.bytes_stream();
+    let mut kept = Vec::new();
+    loop {
+        match frames.next().await {
+            None => return (kept, Ending::Whole),
+            Some(Err(e)) => return (kept, Ending::Failed(e)),
+            Some(Ok(bytes)) => {
+                let room = limit - kept.len();
+                if bytes.len() > room {
+                    kept.extend_from_slice(&bytes[..room]);
+                    return (kept, Ending::Longer);
+                }
+                kept.extend_from_slice(&bytes);
+            }
+        }
+    }
 }
 
 /// The last byte a `Content-Range` of the form `bytes A-B/SIZE` names.
@@ -91,6 +141,18 @@ impl std::fmt::Display for UnusableRange {
 }
 
 impl std::error::Error for UnusableRange {}
+
+/// The error of an answer too large to take.
+#[derive(Debug)]
+struct TooLarge;
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the server's answer is larger than {ANSWER_BYTES} bytes")
+    }
+}
+
+impl std::error::Error for TooLarge {}
 
 #[cfg(test)]
 mod tests {

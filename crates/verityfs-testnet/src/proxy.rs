@@ -338,7 +338,13 @@ fn serve(shared: &Shared, registration: &Registration, client: TcpStream) -> io:
                 &mut Forward(io::sink()),
                 &mut buf,
             )?;
-            answer(client.get_mut(), status, faults.status_body)?;
+            // A HEAD's answer has no body, whatever its length says.
+            let body = if method == "HEAD" {
+                0
+            } else {
+                faults.status_body
+            };
+            answer(client.get_mut(), status, body)?;
             continue;
         }
         let server = match &mut upstream {
