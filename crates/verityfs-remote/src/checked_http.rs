@@ -80,11 +80,21 @@ fn retried(status: u16) -> bool {
 async fn cut_error_body(response: HttpResponse) -> HttpResponse {
     let (parts, body) = response.into_parts();
     let (kept, _) = read_at_most(body, ERROR_BODY_BYTES).await;
-    let text: String = String::from_utf8_lossy(&kept)
+    HttpResponse::from_parts(parts, printable(&kept).into())
+}
+
+/// `bytes` as text a log or a terminal shows as it is: valid UTF-8, with
+/// control characters, line separators and the marks that reorder text
+/// (bidirectional overrides) made spaces.
+fn printable(bytes: &[u8]) -> String {
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    String::from_utf8_lossy(bytes)
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    HttpResponse::from_parts(parts, text.into())
+        .map(|c| if hidden(c) { ' ' } else { c })
+        .collect()
 }
 
 /// `response` read whole, if its body has at most [`ANSWER_BYTES`].
@@ -156,7 +166,17 @@ impl std::error::Error for TooLarge {}
 
 #[cfg(test)]
 mod tests {
-    use super::last_byte;
+    use super::{last_byte, printable};
+
+    #[test]
+    fn an_error_page_is_kept_as_printable_text() {
+        let page = "<Error>\x1b[2J\r\nNo\u{202e}Such\u{2028}Key\u{2067}\u{7f}</Error>\u{e9}";
+        assert_eq!(
+            printable(page.as_bytes()),
+            "<Error> [2J  No Such Key  </Error>\u{e9}"
+        );
+        assert_eq!(printable(b"cut \xe2\x80"), "cut \u{fffd}");
+    }
 
     #[test]
     fn the_last_byte_of_a_range() {
