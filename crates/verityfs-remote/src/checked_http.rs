@@ -75,8 +75,8 @@ fn retried(status: u16) -> bool {
 }
 
 /// `response` with its body cut to its first [`ERROR_BODY_BYTES`], as
-/// text that a log can show (no control characters, valid UTF-8). The rest
-/// is never read: the connection is dropped with it.
+/// text that a log can show ([`printable`]). The rest is never read: the
+/// connection is dropped with it.
 async fn cut_error_body(response: HttpResponse) -> HttpResponse {
     let (parts, body) = response.into_parts();
     let (kept, _) = read_at_most(body, ERROR_BODY_BYTES).await;
