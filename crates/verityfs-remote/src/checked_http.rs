@@ -89,7 +89,8 @@ async fn cut_error_body(response: HttpResponse) -> HttpResponse {
 fn printable(bytes: &[u8]) -> String {
     let hidden = |c: char| {
         c.is_control()
-            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+            || matches!(c, '\u{61c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}')
+            || matches!(c, '\u{2066}'..='\u{2069}' | '\u{feff}')
     };
     String::from_utf8_lossy(bytes)
         .chars()
@@ -170,10 +171,10 @@ mod tests {
 
     #[test]
     fn an_error_page_is_kept_as_printable_text() {
-        let page = "<Error>\x1b[2J\r\nNo\u{202e}Such\u{2028}Key\u{2067}\u{7f}</Error>\u{e9}";
+        let page = "<Error>\x1b[2J\r\nNo\u{202e}Such\u{2028}Key\u{2067}\u{7f}</Error>\u{e9}\u{61c}\u{feff}";
         assert_eq!(
             printable(page.as_bytes()),
-            "<Error> [2J  No Such Key  </Error>\u{e9}"
+            "<Error> [2J  No Such Key  </Error>\u{e9}  "
         );
         assert_eq!(printable(b"cut \xe2\x80"), "cut \u{fffd}");
     }

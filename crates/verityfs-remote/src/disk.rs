@@ -568,7 +568,7 @@ impl CachedObject {
         // `stat` would make every later write take a fine-grained time).
         let unlinked = |file: &File| {
             rustix::fs::statx(file, "", AtFlags::EMPTY_PATH, StatxFlags::NLINK)
-                .is_ok_and(|st| st.stx_nlink == 0)
+                .is_ok_and(|st| st.stx_mask & StatxFlags::NLINK.bits() != 0 && st.stx_nlink == 0)
         };
         let removed = unlinked(&self.data) || unlinked(&self.map);
         if removed {
